@@ -1,0 +1,1 @@
+"""OpenAI-compatible protocol shared by every engine: request models, errors, routes, SSE."""

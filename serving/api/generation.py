@@ -1,0 +1,254 @@
+"""Turn validated OpenAI requests into engine work, and engine deltas into OpenAI objects."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice as ChatChoice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
+
+from serving.api.errors import APIError
+from serving.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from serving.engines.base import Delta, Engine, SamplingSpec
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI legacy completions default
+
+
+@dataclass
+class Job:
+    """One choice to generate: which prompt, which sampling, which output index."""
+
+    index: int
+    prompt_index: int
+    choice: int  # which of the n choices of its prompt
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingSpec
+
+
+@dataclass
+class ChoiceResult:
+    text: str = ""
+    num_tokens: int = 0
+    finish_reason: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def check_model(request: SamplingRequest, engine: Engine) -> None:
+    if request.model != engine.model_name:
+        raise APIError(
+            f"The model `{request.model}` does not exist; this server serves `{engine.model_name}`.",
+            status=404,
+            param="model",
+            code="model_not_found",
+        )
+
+
+def tokenize_prompt(engine: Engine, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, list):
+        vocab = len(engine.tokenizer)
+        if any(token < 0 or token >= vocab for token in prompt):
+            raise APIError(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        return prompt
+    return list(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
+def chat_prompt_ids(engine: Engine, request: ChatCompletionRequest) -> list[int]:
+    messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+    try:
+        ids = engine.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    except Exception as err:  # a template that rejects this conversation (e.g. role order)
+        raise APIError(f"messages: cannot apply the chat template: {err}", param="messages") from None
+    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+
+def resolve_max_tokens(requested: int | None, default: int | None, prompt_len: int, limit: int) -> int:
+    """Validate prompt length and max_tokens against the context window (400s name the limit)."""
+    room = limit - prompt_len
+    if prompt_len == 0:
+        raise APIError("prompt must contain at least one token", param="prompt")
+    if room <= 0:
+        raise APIError(
+            f"This model's maximum context length is {limit} tokens, but the prompt has "
+            f"{prompt_len} tokens.",
+            param="prompt",
+            code="context_length_exceeded",
+        )
+    max_tokens = requested if requested is not None else min(default or room, room)
+    if max_tokens > room:
+        raise APIError(
+            f"max_tokens ({max_tokens}) plus the prompt ({prompt_len} tokens) exceeds this "
+            f"model's maximum context length of {limit} tokens.",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    return max_tokens
+
+
+def sampling_spec(request: SamplingRequest, max_tokens: int, choice: int) -> SamplingSpec:
+    seed = None if request.seed is None else request.seed + choice
+    return SamplingSpec(
+        max_tokens=max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        stop=tuple(request.stop_list),
+        seed=seed,
+        ignore_eos=request.ignore_eos,
+        min_tokens=min(request.min_tokens, max_tokens),
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+    )
+
+
+def plan_jobs(
+    request_id: str, request: SamplingRequest, prompts: list[list[int]], token_limit: int | None,
+    default_max_tokens: int | None, max_model_len: int,
+) -> list[Job]:
+    jobs = []
+    for p, ids in enumerate(prompts):
+        max_tokens = resolve_max_tokens(token_limit, default_max_tokens, len(ids), max_model_len)
+        for c in range(request.n):
+            index = p * request.n + c
+            spec = sampling_spec(request, max_tokens, c)
+            jobs.append(Job(index, p, c, f"{request_id}-{index}", ids, spec))
+    return jobs
+
+
+def completion_jobs(engine: Engine, request_id: str, request: CompletionRequest) -> list[Job]:
+    prompts = [tokenize_prompt(engine, prompt) for prompt in request.prompts()]
+    return plan_jobs(
+        request_id, request, prompts, request.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS,
+        engine.max_model_len,
+    )
+
+
+def chat_jobs(engine: Engine, request_id: str, request: ChatCompletionRequest) -> list[Job]:
+    prompt = chat_prompt_ids(engine, request)
+    return plan_jobs(request_id, request, [prompt], request.token_limit, None, engine.max_model_len)
+
+
+async def stream_jobs(engine: Engine, jobs: list[Job]) -> AsyncIterator[tuple[Job, Delta]]:
+    """Run every job concurrently and yield deltas as they come; leaving early cancels the rest
+    (and cancellation aborts each request inside the engine)."""
+    queue: asyncio.Queue[tuple[Job, Delta | BaseException | None]] = asyncio.Queue()
+
+    async def pump(job: Job) -> None:
+        try:
+            async for delta in engine.generate(job.request_id, job.prompt_token_ids, job.sampling):
+                await queue.put((job, delta))
+            await queue.put((job, None))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # surface engine failures to the consumer
+            await queue.put((job, err))
+
+    tasks = [asyncio.create_task(pump(job)) for job in jobs]
+    remaining = len(jobs)
+    try:
+        while remaining:
+            job, item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield job, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def collect(engine: Engine, jobs: list[Job]) -> list[ChoiceResult]:
+    results = [ChoiceResult() for _ in jobs]
+    async for job, delta in stream_jobs(engine, jobs):
+        result = results[job.index]
+        result.text += delta.text
+        result.num_tokens += delta.num_tokens
+        result.finish_reason = delta.finish_reason or result.finish_reason
+        result.extra.update(delta.extra or {})
+    return results
+
+
+def usage(jobs: list[Job], completion_tokens: int) -> CompletionUsage:
+    prompt_tokens = sum(len(j.prompt_token_ids) for j in jobs if j.choice == 0)
+    return CompletionUsage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
+
+
+def completion_response(
+    request_id: str, model: str, jobs: list[Job], results: list[ChoiceResult]
+) -> Completion:
+    choices = [
+        CompletionChoice(index=i, text=r.text, finish_reason=r.finish_reason or "stop", logprobs=None)
+        for i, r in enumerate(results)
+    ]
+    return Completion(
+        id=request_id, object="text_completion", created=int(time.time()), model=model,
+        choices=choices, usage=usage(jobs, sum(r.num_tokens for r in results)),
+    )
+
+
+def chat_response(
+    request_id: str, model: str, jobs: list[Job], results: list[ChoiceResult]
+) -> ChatCompletion:
+    choices = [
+        ChatChoice(
+            index=i,
+            message=ChatCompletionMessage(role="assistant", content=r.text),
+            finish_reason=r.finish_reason or "stop",
+        )
+        for i, r in enumerate(results)
+    ]
+    return ChatCompletion(
+        id=request_id, object="chat.completion", created=int(time.time()), model=model,
+        choices=choices, usage=usage(jobs, sum(r.num_tokens for r in results)),
+    )
+
+
+def completion_chunk(request_id: str, model: str, job: Job, delta: Delta) -> Completion:
+    # model_construct: a streamed choice has no finish_reason until its last chunk.
+    choice = CompletionChoice.model_construct(
+        index=job.index, text=delta.text, finish_reason=delta.finish_reason, logprobs=None
+    )
+    return Completion.model_construct(
+        id=request_id, object="text_completion", created=int(time.time()), model=model,
+        choices=[choice],
+    )
+
+
+def chat_chunk(
+    request_id: str, model: str, index: int, content: str | None, finish_reason: str | None,
+    role: str | None = None,
+) -> ChatCompletionChunk:
+    choice = ChunkChoice(
+        index=index, delta=ChoiceDelta(role=role, content=content), finish_reason=finish_reason
+    )
+    return ChatCompletionChunk(
+        id=request_id, object="chat.completion.chunk", created=int(time.time()), model=model,
+        choices=[choice],
+    )
+
+
+def usage_chunk(request_id: str, model: str, jobs: list[Job], completion_tokens: int) -> Completion:
+    """The last streamed completion chunk when `stream_options.include_usage` is set."""
+    return Completion.model_construct(
+        id=request_id, object="text_completion", created=int(time.time()), model=model,
+        choices=[], usage=usage(jobs, completion_tokens),
+    )

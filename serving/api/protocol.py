@@ -1,0 +1,93 @@
+"""Request bodies of the OpenAI routes. Responses use the `openai` package's own types.
+
+Unknown fields are rejected (400 naming the field), as the OpenAI API does, instead of being
+silently ignored. `ignore_eos` and `min_tokens` are vLLM's extensions, passed with `extra_body`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Stop = str | Annotated[list[str], Field(max_length=8)] | None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class SamplingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_tokens: int | None = Field(None, ge=1, description="Tokens to generate per choice.")
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=16)
+    stop: Stop = None
+    seed: int | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    ignore_eos: bool = Field(False, description="Extension: keep generating past EOS.")
+    min_tokens: int = Field(0, ge=0, description="Extension: generate at least this many tokens.")
+
+    @property
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage_in_stream(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=64)] | list[int]
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _non_empty(cls, prompt: str | list) -> str | list:
+        if isinstance(prompt, list) and not prompt:
+            raise ValueError("prompt must not be empty")
+        return prompt
+
+    def prompts(self) -> list[str | list[int]]:
+        """The batch: one entry per prompt (a list of ints is one pre-tokenized prompt)."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if all(isinstance(item, int) for item in self.prompt):
+            return [list(self.prompt)]
+        return list(self.prompt)
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=256)]
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens

@@ -1,0 +1,138 @@
+"""The OpenAI-compatible FastAPI app every engine deployment serves (models, completions, chat,
+health), streaming with SSE. The engine is injected, so the app is tested without a model."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from openai.types import Model
+from pydantic import BaseModel
+from sse_starlette import EventSourceResponse
+
+from serving.api import generation as gen
+from serving.api.errors import APIError, error_body, install_error_handlers
+from serving.api.protocol import ChatCompletionRequest, CompletionRequest
+from serving.engines.base import Engine
+
+logger = logging.getLogger(__name__)
+
+SSE_DONE = "[DONE]"
+JobsBuilder = Callable[[Engine, str, CompletionRequest | ChatCompletionRequest], list[gen.Job]]
+
+
+def json_response(obj: BaseModel) -> JSONResponse:
+    return JSONResponse(obj.model_dump(mode="json", exclude_none=False))
+
+
+def sse(events: AsyncIterator[str]) -> EventSourceResponse:
+    # sse-starlette frames `data:` events and cancels the generator when the client disconnects;
+    # cancellation reaches the engine and aborts the request there.
+    return EventSourceResponse(_as_events(events), ping=15)
+
+
+async def _as_events(events: AsyncIterator[str]) -> AsyncIterator[dict]:
+    async for data in events:
+        yield {"data": data}
+
+
+async def stream_errors_as_events(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Once streaming has started the status is sent: an engine failure becomes an error event."""
+    try:
+        async for data in events:
+            yield data
+    except APIError as err:
+        yield JSONResponse(error_body(err.message, err.status, err.param, err.code)).body.decode()
+    except Exception:
+        logger.exception("stream failed")
+        yield JSONResponse(error_body("internal server error", 500, code="internal")).body.decode()
+    yield SSE_DONE
+
+
+async def completion_events(
+    engine: Engine, request_id: str, request: CompletionRequest, jobs: list[gen.Job]
+) -> AsyncIterator[str]:
+    completion_tokens = 0
+    async for job, delta in gen.stream_jobs(engine, jobs):
+        completion_tokens += delta.num_tokens
+        yield gen.completion_chunk(request_id, request.model, job, delta).model_dump_json()
+    if request.include_usage_in_stream:
+        yield gen.usage_chunk(request_id, request.model, jobs, completion_tokens).model_dump_json()
+
+
+async def chat_events(
+    engine: Engine, request_id: str, request: ChatCompletionRequest, jobs: list[gen.Job]
+) -> AsyncIterator[str]:
+    for job in jobs:  # the role comes first, once per choice, as OpenAI sends it
+        yield gen.chat_chunk(request_id, request.model, job.index, "", None, role="assistant").model_dump_json()
+    completion_tokens = 0
+    async for job, delta in gen.stream_jobs(engine, jobs):
+        completion_tokens += delta.num_tokens
+        chunk = gen.chat_chunk(request_id, request.model, job.index, delta.text, delta.finish_reason)
+        yield chunk.model_dump_json()
+    if request.include_usage_in_stream:
+        final = gen.chat_chunk(request_id, request.model, 0, None, None)
+        final.choices = []
+        final.usage = gen.usage(jobs, completion_tokens)
+        yield final.model_dump_json()
+
+
+def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
+    """OpenAI routes under /v1 plus /health, all errors in the OpenAI error shape."""
+    app = FastAPI(title=title, version="1")
+    install_error_handlers(app)
+    created = int(time.time())
+
+    @app.get("/v1/models")
+    async def list_models() -> JSONResponse:
+        model = Model(id=engine.model_name, created=created, object="model", owned_by="llm-serving")
+        return JSONResponse({"object": "list", "data": [model.model_dump(mode="json")]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str) -> JSONResponse:
+        if model_id != engine.model_name:
+            raise APIError(f"The model `{model_id}` does not exist.", 404, "model", "model_not_found")
+        model = Model(id=engine.model_name, created=created, object="model", owned_by="llm-serving")
+        return json_response(model)
+
+    @app.post("/v1/completions")
+    async def completions(request: CompletionRequest):
+        gen.check_model(request, engine)
+        request_id = gen.new_request_id("cmpl")
+        jobs = gen.completion_jobs(engine, request_id, request)
+        if request.stream:
+            return sse(stream_errors_as_events(completion_events(engine, request_id, request, jobs)))
+        results = await gen.collect(engine, jobs)
+        return json_response(gen.completion_response(request_id, request.model, jobs, results))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: ChatCompletionRequest):
+        gen.check_model(request, engine)
+        request_id = gen.new_request_id("chatcmpl")
+        jobs = gen.chat_jobs(engine, request_id, request)
+        if request.stream:
+            return sse(stream_errors_as_events(chat_events(engine, request_id, request, jobs)))
+        results = await gen.collect(engine, jobs)
+        return json_response(gen.chat_response(request_id, request.model, jobs, results))
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        try:
+            await engine.check_health()
+        except Exception as err:
+            raise APIError(f"engine unhealthy: {err}", status=503, code="engine_unhealthy") from None
+        stats = engine.stats()
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": engine.model_name,
+                "running": stats.running,
+                "waiting": stats.waiting,
+                "kv_cache_usage": stats.kv_cache_usage,
+            }
+        )
+
+    return app

@@ -1,0 +1,159 @@
+"""The `llm-serving` command: up, down, status. Errors are one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+
+from serving.config import ConfigError, PlatformConfig, load_config
+from serving.models import ModelNotFoundError, resolve_model
+
+EXIT_USAGE = 2
+
+
+def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Known failures print `error: ...` and exit non-zero instead of a traceback."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from serving.local import PlatformError
+
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(EXIT_USAGE)
+        except (ModelNotFoundError, PlatformError) as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def apply_overrides(config: PlatformConfig, model: str | None, port: int | None) -> PlatformConfig:
+    data = config.model_dump()
+    if model:
+        data["model"]["ref"] = model
+        data["model"]["served_name"] = None
+    if port:
+        data["http"]["port"] = port
+    return PlatformConfig.model_validate(data)
+
+
+def print_ready(ep: Any) -> None:
+    curl_body = json.dumps(
+        {"model": ep.model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+         "max_tokens": 32}
+    )
+    click.echo("llm-serving is up")
+    click.echo(f"  model          {ep.model}")
+    click.echo(f"  OpenAI API     {ep.api_url}")
+    click.echo(f"  health         {ep.health_url}")
+    click.echo(f"  Ray dashboard  {ep.dashboard_url}")
+    click.echo("try:")
+    click.echo(
+        f"  curl -s {ep.api_url}/chat/completions -H 'Content-Type: application/json' -d '{curl_body}'"
+    )
+
+
+@click.group()
+def main() -> None:
+    """llm-serving: Ray Serve + vLLM with an OpenAI-compatible API."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML.")
+@click.option("--model", help="Model reference: HF id, local dir, 'default' or 'tiny-qwen2'.")
+@click.option("--port", type=int, help="HTTP port of the API.")
+@click.option("--detach", is_flag=True, help="Return once every app is healthy; stop with `down`.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for health.")
+@one_line_errors
+def up(config_path: str | None, model: str | None, port: int | None, detach: bool, timeout: float) -> None:
+    """Start a local Ray head, deploy every app, print the URLs."""
+    from serving import local
+
+    config = apply_overrides(load_config(config_path), model, port)
+    click.echo(f"preparing model '{config.model.ref}' ...")
+    resolve_model(config.model.ref, config.model.cache_dir)
+    click.echo("starting Ray and Serve ...")
+    local.start_ray_head(config)
+    started = time.monotonic()
+    try:
+        local.connect()
+        local.deploy(config)
+        ep = local.endpoints(config)
+        local.wait_healthy(ep.health_url, timeout)
+        local.save_state(ep)
+    except BaseException:
+        local.shutdown()
+        raise
+    click.echo(f"ready in {time.monotonic() - started:.0f}s")
+    print_ready(ep)
+    if detach:
+        click.echo("stop with: llm-serving down")
+        return
+    click.echo("Ctrl-C stops everything")
+    wait_for_interrupt()
+    click.echo("\nstopping ...")
+    local.shutdown()
+    click.echo("stopped")
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def wait_for_interrupt() -> None:
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops cleanly, like Ctrl-C
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return
+
+
+@main.command()
+@one_line_errors
+def down() -> None:
+    """Stop Serve and the local Ray head."""
+    from serving import local
+
+    local.shutdown()
+    click.echo("stopped")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@one_line_errors
+def status(as_json: bool) -> None:
+    """Applications, deployments, replicas and the engine's queue."""
+    from serving import local
+
+    ep = local.load_state()
+    if ep is None:
+        raise local.PlatformError("no platform is running here; start one with `llm-serving up`")
+    try:
+        apps = local.serve_status()
+    except ConnectionError as err:
+        raise local.PlatformError(f"cannot reach the local Ray cluster: {err}") from None
+    health = local.engine_health(ep)
+    if as_json:
+        click.echo(json.dumps({"apps": apps, "engine": health}, indent=2))
+        return
+    for name, app in apps.items():
+        click.echo(f"{name}: {app['status']}")
+        for dname, dep in app["deployments"].items():
+            replicas = ", ".join(f"{k}={v}" for k, v in dep["replicas"].items())
+            click.echo(f"  {dname}: {dep['status']} ({replicas})")
+    click.echo(
+        f"engine: {health.get('status')} running={health.get('running')} "
+        f"waiting={health.get('waiting')}"
+    )
+    click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}")

@@ -1,0 +1,203 @@
+"""PlatformConfig: the one typed source for local runs, the RayService serve config, the chart's
+values schema and the operator's CRD spec. Unknown keys fail; every field says what it is for."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Accelerator = Literal["cpu", "gpu"]
+DType = Literal["auto", "bfloat16", "float16", "float32"]
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or does not validate; the message names the field path."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(StrictModel):
+    ref: str = Field(
+        "default",
+        description="Model to serve: a Hugging Face id, a local directory, 'default' (the embedded "
+        "SmolLM2-135M-Instruct) or 'tiny-qwen2' (a random-weight Qwen2 for tests).",
+    )
+    served_name: str | None = Field(
+        None, description="Name clients pass as `model`; defaults to the model reference."
+    )
+    dtype: DType = Field("auto", description="Weights and activations dtype for every engine.")
+    max_model_len: int = Field(2048, gt=0, description="Longest prompt + completion in tokens.")
+    cache_dir: str | None = Field(
+        None,
+        description="Where built models (embedded default, tiny test model) are cached; "
+        "defaults to $LLM_SERVING_CACHE or ~/.cache/llm-serving.",
+    )
+
+    @property
+    def name(self) -> str:
+        return self.served_name or self.ref
+
+
+class ReplicaResources(StrictModel):
+    accelerator: Accelerator = Field(
+        "cpu", description="'gpu' pins each replica to one GPU (num_gpus=1); 'cpu' uses CPU only."
+    )
+    num_cpus: float = Field(1.0, ge=0, description="Logical Ray CPUs reserved per replica.")
+
+
+class VLLMEngineConfig(StrictModel):
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Share of accelerator memory for weights + KV cache. On CPU it sizes the KV "
+        "cache in host memory. Default: 0.90 on GPU, 0.25 on CPU.",
+    )
+    enforce_eager: bool = Field(
+        True, description="Skip graph capture/compilation: much faster start, slower decode."
+    )
+    max_num_seqs: int = Field(64, gt=0, description="Most sequences vLLM schedules in one step.")
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, description="Token budget of one scheduler step; vLLM's default when unset."
+    )
+    seed: int = Field(0, description="Engine seed for reproducible sampling.")
+    cpu_threads: int | None = Field(
+        None,
+        gt=0,
+        description="OpenMP threads of vLLM's CPU backend, bound to cores 0..N-1; default: "
+        "vLLM's own binding (every core but one, kept for its scheduler).",
+    )
+
+    def memory_utilization(self, accelerator: Accelerator) -> float:
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return 0.90 if accelerator == "gpu" else 0.25
+
+
+class VLLMDeploymentConfig(StrictModel):
+    enabled: bool = Field(True, description="Serve the vLLM application.")
+    route_prefix: str = Field("/", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+    num_replicas: int = Field(1, ge=1, description="Replicas (each one engine, one GPU on GPU).")
+    max_ongoing_requests: int = Field(
+        256,
+        gt=0,
+        description="Requests one replica accepts at once; high so vLLM can batch them.",
+    )
+    resources: ReplicaResources = Field(default_factory=ReplicaResources)
+    engine: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)
+
+
+HFMode = Literal["generate", "no-cache", "kv-cache", "static-batch"]
+
+
+class HFDeploymentConfig(StrictModel):
+    enabled: bool = Field(True, description="Serve the transformers baseline application.")
+    route_prefix: str = Field("/hf", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+    num_replicas: int = Field(1, ge=1, description="Replicas of the baseline.")
+    max_ongoing_requests: int = Field(
+        8, gt=0, description="Requests one replica works on at once (the baseline does not batch "
+        "continuously; static-batch mode batches what arrives within a window)."
+    )
+    max_queued_requests: int = Field(
+        32, ge=0, description="Requests waiting for a replica; beyond it 503 with Retry-After."
+    )
+    mode: HFMode = Field(
+        "generate",
+        description="Default generation mode: transformers generate(), a no-cache loop, a "
+        "KV-cache loop, or static padded batches. Requests may pick another (extension field).",
+    )
+    batch_window_ms: float = Field(
+        50.0, ge=0, description="static-batch: how long to collect requests into one batch."
+    )
+    max_batch_size: int = Field(8, gt=0, description="static-batch: most requests per batch.")
+    resources: ReplicaResources = Field(default_factory=ReplicaResources)
+
+
+class AnalysisDeploymentConfig(StrictModel):
+    enabled: bool = Field(True, description="Serve the analysis application.")
+    route_prefix: str = Field("/analysis", description="HTTP prefix of the analysis routes.")
+    max_prompt_tokens: int = Field(
+        256, gt=0, description="Longest prompt the attention and trace routes accept (costly)."
+    )
+    max_new_tokens: int = Field(
+        64, gt=0, description="Most tokens one generation-trace request may generate."
+    )
+    resources: ReplicaResources = Field(default_factory=ReplicaResources)
+
+
+class HTTPConfig(StrictModel):
+    host: str = Field("127.0.0.1", description="Address the Serve HTTP proxy binds.")
+    port: int = Field(8000, gt=0, lt=65536, description="Port of the Serve HTTP proxy.")
+
+
+class RayConfig(StrictModel):
+    num_cpus: int = Field(
+        8, gt=0, description="Logical CPUs of the local Ray head; enough for every replica."
+    )
+    dashboard_host: str = Field("127.0.0.1", description="Address the Ray dashboard binds.")
+    dashboard_port: int = Field(8265, gt=0, lt=65536, description="Port of the Ray dashboard.")
+
+
+class PlatformConfig(StrictModel):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    http: HTTPConfig = Field(default_factory=HTTPConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    vllm: VLLMDeploymentConfig = Field(default_factory=VLLMDeploymentConfig)
+    hf: HFDeploymentConfig = Field(default_factory=HFDeploymentConfig)
+    analysis: AnalysisDeploymentConfig = Field(default_factory=AnalysisDeploymentConfig)
+
+    @model_validator(mode="after")
+    def _check_route_prefixes(self) -> PlatformConfig:
+        prefixes = {
+            "vllm": self.vllm.route_prefix,
+            "hf": self.hf.route_prefix,
+            "analysis": self.analysis.route_prefix,
+        }
+        for name, prefix in prefixes.items():
+            if not prefix.startswith("/"):
+                raise ValueError(f"{name}.route_prefix must start with '/'")
+        if len(set(prefixes.values())) != len(prefixes):
+            raise ValueError(f"route prefixes must differ: {prefixes}")
+        return self
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line per problem, each naming the field path, e.g. `vllm.num_replicas: ...`."""
+    problems = []
+    for item in err.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "<root>"
+        problems.append(f"{path}: {item['msg']}")
+    return f"invalid config {source}: " + "; ".join(problems)
+
+
+def parse_config(data: dict[str, Any] | None, source: str = "<dict>") -> PlatformConfig:
+    try:
+        return PlatformConfig.model_validate(data or {})
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_config(path: str | Path | None = None) -> PlatformConfig:
+    """Load a YAML config file; None loads the default that ships in the package."""
+    if path is None:
+        text = resources.files("serving").joinpath("default.yaml").read_text()
+        source = "serving/default.yaml"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ConfigError(f"cannot read config {path}: {err.strerror}") from None
+        source = str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config {source} is not valid YAML: {err}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"config {source} must be a mapping at the top level")
+    return parse_config(data, source)

@@ -1,0 +1,1 @@
+"""Ray Serve deployments, one per module."""

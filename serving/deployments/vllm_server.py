@@ -1,0 +1,55 @@
+"""The vLLM deployment: a FastAPI ingress that IS the model server (no extra hop), one AsyncLLM
+per replica, one GPU per replica on GPU clusters. Continuous batching happens inside the engine,
+so a replica accepts many requests at once (`max_ongoing_requests`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+from ray.serve import Application
+
+from serving.api.routes import build_openai_app
+from serving.config import PlatformConfig, ReplicaResources
+from serving.engines.vllm import VLLMEngine, vllm_env
+from serving.models import resolve_model
+
+
+def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> dict[str, Any]:
+    options: dict[str, Any] = {"num_cpus": resources.num_cpus}
+    if resources.accelerator == "gpu":
+        options["num_gpus"] = 1
+    if env:
+        options["runtime_env"] = {"env_vars": env}
+    return options
+
+
+@serve.deployment(name="VLLMServer", health_check_period_s=10, health_check_timeout_s=30)
+@serve.ingress()
+class VLLMServer:
+    async def __init__(self, config: dict[str, Any]) -> None:
+        self.config = PlatformConfig.model_validate(config)
+        model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        self.engine = VLLMEngine.start(self.config, model_dir)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_openai_app(self.engine, title="llm-serving (vLLM)")
+
+    async def check_health(self) -> None:
+        """Serve's replica health check: a dead engine gets the replica replaced."""
+        await self.engine.check_health()
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
+
+def build_vllm_app(config: PlatformConfig) -> Application:
+    deployment = config.vllm
+    return VLLMServer.options(
+        num_replicas=deployment.num_replicas,
+        max_ongoing_requests=deployment.max_ongoing_requests,
+        ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
+    ).bind(config.model_dump(mode="json"))

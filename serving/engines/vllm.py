@@ -1,0 +1,159 @@
+"""vLLM V1 engine (`AsyncLLM`) behind the Engine protocol: continuous batching happens inside it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from serving.config import PlatformConfig
+from serving.engines.base import Delta, EngineStats, SamplingSpec
+
+
+def vllm_env(config: PlatformConfig) -> dict[str, str]:
+    """Environment the engine needs before `vllm` is imported (set in the replica)."""
+    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    threads = config.vllm.engine.cpu_threads
+    if config.vllm.resources.accelerator == "cpu" and threads is not None:
+        # vLLM CPU binds one OpenMP thread per core and keeps one core back for its scheduler
+        # process; an explicit list overrides that (cores 0..N-1).
+        env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}"
+    return env
+
+
+def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:
+    """Keyword arguments of vLLM's `AsyncEngineArgs`, from the platform config."""
+    engine = config.vllm.engine
+    accelerator = config.vllm.resources.accelerator
+    return {
+        "model": str(model_dir),
+        "served_model_name": [config.model.name],
+        "dtype": config.model.dtype,
+        "max_model_len": config.model.max_model_len,
+        "gpu_memory_utilization": engine.memory_utilization(accelerator),
+        "enforce_eager": engine.enforce_eager,
+        "max_num_seqs": engine.max_num_seqs,
+        "max_num_batched_tokens": engine.max_num_batched_tokens,
+        "seed": engine.seed,
+        # One replica = one engine on one device: run the model inside the engine-core process
+        # instead of a further worker process (or Ray actors nested in the Serve replica).
+        "distributed_executor_backend": "uni",
+        "tensor_parallel_size": 1,
+    }
+
+
+def sampling_params(spec: SamplingSpec):
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
+        top_p=spec.top_p,
+        stop=list(spec.stop) or None,
+        seed=spec.seed,
+        ignore_eos=spec.ignore_eos,
+        min_tokens=spec.min_tokens,
+        presence_penalty=spec.presence_penalty,
+        frequency_penalty=spec.frequency_penalty,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+@dataclass
+class SchedulerSnapshot:
+    """Latest scheduler stats from the engine core, written by `SchedulerStatsRecorder`."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+
+
+def scheduler_stats_logger(snapshot: SchedulerSnapshot):
+    """A vLLM stat-logger factory that keeps the latest queue depth in `snapshot`."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class SchedulerStatsRecorder(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.snapshot = snapshot
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            if scheduler_stats is not None:
+                self.snapshot.running = scheduler_stats.num_running_reqs
+                self.snapshot.waiting = (
+                    scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
+                )
+                self.snapshot.kv_cache_usage = scheduler_stats.kv_cache_usage
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return SchedulerStatsRecorder
+
+
+class VLLMEngine:
+    """One `AsyncLLM` per replica; requests stream back as text deltas."""
+
+    def __init__(self, llm: Any, model_name: str, max_model_len: int, snapshot: SchedulerSnapshot):
+        self.llm = llm
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        self.tokenizer = llm.tokenizer
+        self._snapshot = snapshot
+
+    @classmethod
+    def start(cls, config: PlatformConfig, model_dir: Path) -> VLLMEngine:
+        for key, value in vllm_env(config).items():
+            os.environ.setdefault(key, value)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        snapshot = SchedulerSnapshot()
+        llm = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(**engine_args(config, model_dir)),
+            stat_loggers=[scheduler_stats_logger(snapshot)],
+        )
+        return cls(llm, config.model.name, config.model.max_model_len, snapshot)
+
+    async def generate(
+        self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec
+    ) -> AsyncIterator[Delta]:
+        from vllm.inputs.engine import tokens_input
+
+        # AsyncLLM.generate aborts the request itself when this iteration is cancelled.
+        stream = self.llm.generate(tokens_input(prompt_token_ids), sampling_params(sampling), request_id)
+        async for output in stream:
+            completion = output.outputs[0]
+            yield Delta(
+                text=completion.text,
+                num_tokens=len(completion.token_ids),
+                finish_reason=_finish_reason(completion.finish_reason),
+            )
+
+    async def abort(self, request_id: str) -> None:
+        await self.llm.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        in_flight = self.llm.output_processor.get_num_unfinished_requests()
+        if in_flight == 0:  # the engine core reports no stats while idle: nothing is left
+            return EngineStats(running=0, waiting=0, kv_cache_usage=0.0)
+        snap = self._snapshot
+        return EngineStats(
+            running=min(snap.running, in_flight),
+            waiting=min(snap.waiting, in_flight),
+            kv_cache_usage=snap.kv_cache_usage,
+        )
+
+    async def check_health(self) -> None:
+        await self.llm.check_health()
+
+    def shutdown(self) -> None:
+        self.llm.shutdown()
+
+
+def _finish_reason(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    return "length" if reason == "length" else "stop"

@@ -1,0 +1,172 @@
+"""A local platform: a Ray head on this machine, Serve's HTTP proxy on loopback, every app deployed.
+
+`up` records the URLs in a small state file so `status` and `down` find the running platform."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from serving.config import PlatformConfig
+from serving.models import cache_root
+
+RAY_NAMESPACE = "llm-serving"
+
+
+class PlatformError(RuntimeError):
+    """A local platform that cannot start or be reached; the message says why."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    api_url: str  # base URL of the OpenAI routes, e.g. http://127.0.0.1:8000/v1
+    health_url: str
+    dashboard_url: str
+    model: str
+    apps: list[str]
+
+
+def endpoints(config: PlatformConfig) -> Endpoints:
+    http = f"http://{config.http.host}:{config.http.port}"
+    prefix = config.vllm.route_prefix.rstrip("/")
+    return Endpoints(
+        api_url=f"{http}{prefix}/v1",
+        health_url=f"{http}{prefix}/health",
+        dashboard_url=f"http://{config.ray.dashboard_host}:{config.ray.dashboard_port}",
+        model=config.model.name,
+        apps=[name for name, on in (("vllm", config.vllm.enabled),) if on],
+    )
+
+
+def state_file() -> Path:
+    return cache_root() / "platform.json"
+
+
+def save_state(ep: Endpoints) -> None:
+    state_file().parent.mkdir(parents=True, exist_ok=True)
+    state_file().write_text(json.dumps(asdict(ep), indent=2))
+
+
+def load_state() -> Endpoints | None:
+    try:
+        return Endpoints(**json.loads(state_file().read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def ray_executable() -> str:
+    beside_python = Path(sys.executable).with_name("ray")
+    return str(beside_python) if beside_python.exists() else (shutil.which("ray") or "ray")
+
+
+def start_ray_head(config: PlatformConfig) -> None:
+    cmd = [
+        ray_executable(), "start", "--head",
+        f"--num-cpus={config.ray.num_cpus}",
+        "--include-dashboard=true",
+        f"--dashboard-host={config.ray.dashboard_host}",
+        f"--dashboard-port={config.ray.dashboard_port}",
+        "--disable-usage-stats",
+    ]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip()
+        if "already running" in output or "already in use" in output:
+            raise PlatformError("a local Ray cluster is already running; run `llm-serving down` first")
+        last = output.splitlines()[-1] if output else f"exit {done.returncode}"
+        raise PlatformError(f"`ray start --head` failed: {last}")
+
+
+def stop_ray() -> None:
+    subprocess.run([ray_executable(), "stop", "--force"], capture_output=True, text=True)
+
+
+def connect() -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="auto", namespace=RAY_NAMESPACE, logging_level="ERROR", log_to_driver=False)
+
+
+def deploy(config: PlatformConfig) -> None:
+    from ray import serve
+
+    from serving.app import build_apps
+
+    serve.start(http_options={"host": config.http.host, "port": config.http.port})
+    targets = [
+        serve.RunTarget(target=app.application, name=app.name, route_prefix=app.route_prefix)
+        for app in build_apps(config)
+    ]
+    try:
+        serve.run_many(targets)
+    except RuntimeError as err:
+        raise PlatformError(f"deployment failed: {str(err).splitlines()[0]}") from None
+
+
+def wait_healthy(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(url, timeout=5)
+            if response.status_code == 200:
+                return
+            last = f"HTTP {response.status_code}"
+        except httpx.HTTPError as err:
+            last = type(err).__name__
+        time.sleep(1)
+    raise PlatformError(f"{url} not healthy after {timeout_s:.0f}s ({last})")
+
+
+def shutdown() -> None:
+    """Stop Serve and the local Ray head; safe to call when nothing runs."""
+    try:
+        from ray import serve
+
+        import ray
+
+        connect()
+        serve.shutdown()
+        ray.shutdown()  # disconnect before `ray stop`, or the driver reports a dead raylet
+    except Exception:  # nothing to shut down, or Ray already gone: `ray stop` below still runs
+        pass
+    stop_ray()
+    state_file().unlink(missing_ok=True)
+
+
+def serve_status() -> dict:
+    """Applications and deployments as Serve reports them."""
+    from ray import serve
+
+    connect()
+    status = serve.status()
+    apps = {}
+    for name, app in status.applications.items():
+        apps[name] = {
+            "status": str(app.status.value if hasattr(app.status, "value") else app.status),
+            "deployments": {
+                dname: {
+                    "status": str(getattr(dep.status, "value", dep.status)),
+                    "replicas": dict(dep.replica_states),
+                }
+                for dname, dep in app.deployments.items()
+            },
+        }
+    return apps
+
+
+def engine_health(ep: Endpoints) -> dict:
+    try:
+        return httpx.get(ep.health_url, timeout=5).json()
+    except (httpx.HTTPError, ValueError) as err:
+        return {"status": f"unreachable ({type(err).__name__})"}
