@@ -157,3 +157,7 @@ def status(as_json: bool) -> None:
         f"waiting={health.get('waiting')}"
     )
     click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}")
+
+
+if __name__ == "__main__":
+    main()

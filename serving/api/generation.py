@@ -55,6 +55,14 @@ def check_model(request: SamplingRequest, engine: Engine) -> None:
         )
 
 
+def check_mode(request: SamplingRequest, engine: Engine) -> None:
+    if request.mode is not None and request.mode not in engine.modes:
+        offered = ", ".join(engine.modes) or "none on this engine"
+        raise APIError(
+            f"unknown mode `{request.mode}` (modes: {offered})", param="mode", code="unknown_mode"
+        )
+
+
 def tokenize_prompt(engine: Engine, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, list):
         vocab = len(engine.tokenizer)
@@ -110,6 +118,8 @@ def sampling_spec(request: SamplingRequest, max_tokens: int, choice: int) -> Sam
         min_tokens=min(request.min_tokens, max_tokens),
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
+        mode=request.mode,
+        timings=request.timings,
     )
 
 
@@ -196,7 +206,9 @@ def completion_response(
     request_id: str, model: str, jobs: list[Job], results: list[ChoiceResult]
 ) -> Completion:
     choices = [
-        CompletionChoice(index=i, text=r.text, finish_reason=r.finish_reason or "stop", logprobs=None)
+        CompletionChoice(
+            index=i, text=r.text, finish_reason=r.finish_reason or "stop", logprobs=None, **r.extra
+        )
         for i, r in enumerate(results)
     ]
     return Completion(
@@ -213,6 +225,7 @@ def chat_response(
             index=i,
             message=ChatCompletionMessage(role="assistant", content=r.text),
             finish_reason=r.finish_reason or "stop",
+            **r.extra,
         )
         for i, r in enumerate(results)
     ]
@@ -225,7 +238,8 @@ def chat_response(
 def completion_chunk(request_id: str, model: str, job: Job, delta: Delta) -> Completion:
     # model_construct: a streamed choice has no finish_reason until its last chunk.
     choice = CompletionChoice.model_construct(
-        index=job.index, text=delta.text, finish_reason=delta.finish_reason, logprobs=None
+        index=job.index, text=delta.text, finish_reason=delta.finish_reason, logprobs=None,
+        **(delta.extra or {}),
     )
     return Completion.model_construct(
         id=request_id, object="text_completion", created=int(time.time()), model=model,
@@ -235,10 +249,11 @@ def completion_chunk(request_id: str, model: str, job: Job, delta: Delta) -> Com
 
 def chat_chunk(
     request_id: str, model: str, index: int, content: str | None, finish_reason: str | None,
-    role: str | None = None,
+    role: str | None = None, extra: dict | None = None,
 ) -> ChatCompletionChunk:
     choice = ChunkChoice(
-        index=index, delta=ChoiceDelta(role=role, content=content), finish_reason=finish_reason
+        index=index, delta=ChoiceDelta(role=role, content=content), finish_reason=finish_reason,
+        **(extra or {}),
     )
     return ChatCompletionChunk(
         id=request_id, object="chat.completion.chunk", created=int(time.time()), model=model,

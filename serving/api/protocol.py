@@ -34,6 +34,12 @@ class SamplingRequest(BaseModel):
     user: str | None = None
     ignore_eos: bool = Field(False, description="Extension: keep generating past EOS.")
     min_tokens: int = Field(0, ge=0, description="Extension: generate at least this many tokens.")
+    mode: str | None = Field(
+        None, max_length=32, description="Extension: engine-specific generation mode (HF baseline)."
+    )
+    timings: bool = Field(
+        False, description="Extension: return per-token timings (time to first token, gaps)."
+    )
 
     @property
     def stop_list(self) -> list[str]:

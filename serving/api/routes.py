@@ -71,7 +71,9 @@ async def chat_events(
     completion_tokens = 0
     async for job, delta in gen.stream_jobs(engine, jobs):
         completion_tokens += delta.num_tokens
-        chunk = gen.chat_chunk(request_id, request.model, job.index, delta.text, delta.finish_reason)
+        chunk = gen.chat_chunk(
+            request_id, request.model, job.index, delta.text, delta.finish_reason, extra=delta.extra
+        )
         yield chunk.model_dump_json()
     if request.include_usage_in_stream:
         final = gen.chat_chunk(request_id, request.model, 0, None, None)
@@ -101,6 +103,7 @@ def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest):
         gen.check_model(request, engine)
+        gen.check_mode(request, engine)
         request_id = gen.new_request_id("cmpl")
         jobs = gen.completion_jobs(engine, request_id, request)
         if request.stream:
@@ -111,6 +114,7 @@ def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: ChatCompletionRequest):
         gen.check_model(request, engine)
+        gen.check_mode(request, engine)
         request_id = gen.new_request_id("chatcmpl")
         jobs = gen.chat_jobs(engine, request_id, request)
         if request.stream:

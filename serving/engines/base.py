@@ -22,7 +22,8 @@ class SamplingSpec:
     min_tokens: int = 0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific extension fields
+    mode: str | None = None  # one of the engine's `modes`; None = the engine's default
+    timings: bool = False  # report per-token timings in the final delta's `extra`
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Engine(Protocol):
     model_name: str
     max_model_len: int
     tokenizer: Any  # a transformers tokenizer: chat template and prompt token counts
+    modes: tuple[str, ...]  # generation modes a request may pick with `mode`; () = none
 
     def generate(
         self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec

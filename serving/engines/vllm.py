@@ -96,6 +96,8 @@ def scheduler_stats_logger(snapshot: SchedulerSnapshot):
 class VLLMEngine:
     """One `AsyncLLM` per replica; requests stream back as text deltas."""
 
+    modes: tuple[str, ...] = ()
+
     def __init__(self, llm: Any, model_name: str, max_model_len: int, snapshot: SchedulerSnapshot):
         self.llm = llm
         self.model_name = model_name

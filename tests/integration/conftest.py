@@ -1,0 +1,98 @@
+"""One real platform per test session: `llm-serving up --detach` on loopback with the tiny model
+(real Ray Serve, real vLLM V1 engine, real transformers), torn down with `llm-serving down`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "serving.cli"]
+MODEL = "tiny-qwen2"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def platform_config(port: int, dashboard_port: int) -> dict:
+    """The test platform: every app on the tiny model, small KV cache, loopback only."""
+    return {
+        "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
+        "http": {"host": "127.0.0.1", "port": port},
+        "ray": {"num_cpus": 8, "dashboard_port": dashboard_port},
+        "vllm": {"engine": {"gpu_memory_utilization": 0.05, "max_num_seqs": 32}},
+    }
+
+
+@dataclass(frozen=True)
+class Platform:
+    url: str  # http://127.0.0.1:PORT
+    model: str
+    config_path: Path
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/v1"
+
+    def client(self, prefix: str = "") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}{prefix}/v1", api_key="unused", max_retries=0)
+
+    def async_client(self, prefix: str = "") -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{self.url}{prefix}/v1", api_key="unused", max_retries=0)
+
+
+def run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    port = free_port()
+    config_path = tmp_path_factory.mktemp("platform") / "platform.yaml"
+    config_path.write_text(yaml.safe_dump(platform_config(port, free_port())))
+    started = run_cli("up", "--detach", "--config", str(config_path))
+    if started.returncode != 0:
+        run_cli("down")
+        pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
+    try:
+        yield Platform(url=f"http://127.0.0.1:{port}", model=MODEL, config_path=config_path)
+    finally:
+        run_cli("down", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def http(platform: Platform) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=platform.url, timeout=120) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def extra_app(name: str, route_prefix: str, application) -> Iterator[None]:
+    """Deploy one more Serve application into the running test platform, removed afterwards."""
+    import ray
+    from ray import serve
+
+    ray.init(address="auto", namespace="llm-serving", logging_level="ERROR", log_to_driver=False,
+             ignore_reinit_error=True)
+    serve.run(application, name=name, route_prefix=route_prefix)
+    try:
+        yield
+    finally:
+        serve.delete(name)
