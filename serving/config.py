@@ -59,6 +59,12 @@ class VLLMEngineConfig(StrictModel):
         description="Share of accelerator memory for weights + KV cache. On CPU it sizes the KV "
         "cache in host memory. Default: 0.90 on GPU, 0.25 on CPU.",
     )
+    kv_cache_memory_gb: float | None = Field(
+        None,
+        gt=0,
+        description="Explicit KV-cache size in GiB; overrides gpu_memory_utilization for the cache "
+        "(useful on CPU, where the share is taken of the whole host's memory).",
+    )
     enforce_eager: bool = Field(
         True, description="Skip graph capture/compilation: much faster start, slower decode."
     )
@@ -89,8 +95,12 @@ class VLLMDeploymentConfig(StrictModel):
         gt=0,
         description="Requests one replica accepts at once; high so vLLM can batch them.",
     )
-    resources: ReplicaResources = Field(default_factory=ReplicaResources)
-    engine: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)
+    resources: ReplicaResources = Field(
+        default_factory=ReplicaResources, description="Resources of each replica."
+    )
+    engine: VLLMEngineConfig = Field(
+        default_factory=VLLMEngineConfig, description="vLLM engine arguments."
+    )
 
 
 HFMode = Literal["generate", "no-cache", "kv-cache", "static-batch"]
@@ -116,7 +126,12 @@ class HFDeploymentConfig(StrictModel):
         50.0, ge=0, description="static-batch: how long to collect requests into one batch."
     )
     max_batch_size: int = Field(8, gt=0, description="static-batch: most requests per batch.")
-    resources: ReplicaResources = Field(default_factory=ReplicaResources)
+    retry_after_s: float = Field(
+        1.0, ge=0, description="Seconds the Retry-After header of a 503 (queue full) suggests."
+    )
+    resources: ReplicaResources = Field(
+        default_factory=ReplicaResources, description="Resources of each replica."
+    )
 
 
 class AnalysisDeploymentConfig(StrictModel):
@@ -128,7 +143,18 @@ class AnalysisDeploymentConfig(StrictModel):
     max_new_tokens: int = Field(
         64, gt=0, description="Most tokens one generation-trace request may generate."
     )
-    resources: ReplicaResources = Field(default_factory=ReplicaResources)
+    max_attention_values: int = Field(
+        2_000_000,
+        gt=0,
+        description="Most attention weights (layers x heads x prompt tokens^2) one attention "
+        "answer may carry; bounds the JSON/HTML size. Select layers/heads to stay under it.",
+    )
+    max_ongoing_requests: int = Field(
+        4, gt=0, description="Requests one analysis replica accepts at once (each is CPU-heavy)."
+    )
+    resources: ReplicaResources = Field(
+        default_factory=ReplicaResources, description="Resources of each replica."
+    )
 
 
 class HTTPConfig(StrictModel):
@@ -145,12 +171,18 @@ class RayConfig(StrictModel):
 
 
 class PlatformConfig(StrictModel):
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    http: HTTPConfig = Field(default_factory=HTTPConfig)
-    ray: RayConfig = Field(default_factory=RayConfig)
-    vllm: VLLMDeploymentConfig = Field(default_factory=VLLMDeploymentConfig)
-    hf: HFDeploymentConfig = Field(default_factory=HFDeploymentConfig)
-    analysis: AnalysisDeploymentConfig = Field(default_factory=AnalysisDeploymentConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The model every app serves.")
+    http: HTTPConfig = Field(default_factory=HTTPConfig, description="Serve's HTTP proxy.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="The local Ray head (`up`).")
+    vllm: VLLMDeploymentConfig = Field(
+        default_factory=VLLMDeploymentConfig, description="The vLLM application."
+    )
+    hf: HFDeploymentConfig = Field(
+        default_factory=HFDeploymentConfig, description="The transformers baseline application."
+    )
+    analysis: AnalysisDeploymentConfig = Field(
+        default_factory=AnalysisDeploymentConfig, description="The model analysis application."
+    )
 
     @model_validator(mode="after")
     def _check_route_prefixes(self) -> PlatformConfig:

@@ -136,6 +136,7 @@ def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
                 "running": stats.running,
                 "waiting": stats.waiting,
                 "kv_cache_usage": stats.kv_cache_usage,
+                "aborted_total": stats.aborted_total,
             }
         )
 

@@ -41,6 +41,7 @@ class EngineStats:
     running: int  # requests the engine is generating for
     waiting: int  # requests queued inside the engine, not yet scheduled
     kv_cache_usage: float = 0.0  # share of the KV cache in use, 0..1
+    aborted_total: int = 0  # requests stopped before they finished (client gone, cancelled)
 
 
 @runtime_checkable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -36,12 +37,17 @@ def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:
         "enforce_eager": engine.enforce_eager,
         "max_num_seqs": engine.max_num_seqs,
         "max_num_batched_tokens": engine.max_num_batched_tokens,
+        "kv_cache_memory_bytes": _gib_to_bytes(engine.kv_cache_memory_gb),
         "seed": engine.seed,
-        # One replica = one engine on one device: run the model inside the engine-core process
-        # instead of a further worker process (or Ray actors nested in the Serve replica).
+        # One replica = one engine on one device: run the model inside the engine-core process,
+        # never as Ray actors nested in the Serve replica (vLLM CPU still adds a worker process).
         "distributed_executor_backend": "uni",
         "tensor_parallel_size": 1,
     }
+
+
+def _gib_to_bytes(gib: float | None) -> int | None:
+    return None if gib is None else int(gib * 1024**3)
 
 
 def sampling_params(spec: SamplingSpec):
@@ -104,6 +110,7 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.tokenizer = llm.tokenizer
         self._snapshot = snapshot
+        self._aborted_total = 0
 
     @classmethod
     def start(cls, config: PlatformConfig, model_dir: Path) -> VLLMEngine:
@@ -126,13 +133,18 @@ class VLLMEngine:
 
         # AsyncLLM.generate aborts the request itself when this iteration is cancelled.
         stream = self.llm.generate(tokens_input(prompt_token_ids), sampling_params(sampling), request_id)
-        async for output in stream:
-            completion = output.outputs[0]
-            yield Delta(
-                text=completion.text,
-                num_tokens=len(completion.token_ids),
-                finish_reason=_finish_reason(completion.finish_reason),
-            )
+        try:
+            async for output in stream:
+                completion = output.outputs[0]
+                yield Delta(
+                    text=completion.text,
+                    num_tokens=len(completion.token_ids),
+                    finish_reason=_finish_reason(completion.finish_reason),
+                )
+        except (asyncio.CancelledError, GeneratorExit):
+            self._aborted_total += 1
+            await stream.aclose()  # run AsyncLLM's abort now, not at garbage collection
+            raise
 
     async def abort(self, request_id: str) -> None:
         await self.llm.abort(request_id)
@@ -140,12 +152,13 @@ class VLLMEngine:
     def stats(self) -> EngineStats:
         in_flight = self.llm.output_processor.get_num_unfinished_requests()
         if in_flight == 0:  # the engine core reports no stats while idle: nothing is left
-            return EngineStats(running=0, waiting=0, kv_cache_usage=0.0)
+            return EngineStats(running=0, waiting=0, aborted_total=self._aborted_total)
         snap = self._snapshot
         return EngineStats(
             running=min(snap.running, in_flight),
             waiting=min(snap.waiting, in_flight),
             kv_cache_usage=snap.kv_cache_usage,
+            aborted_total=self._aborted_total,
         )
 
     async def check_health(self) -> None:

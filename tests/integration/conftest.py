@@ -16,10 +16,13 @@ import httpx
 import openai
 import pytest
 import yaml
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "serving.cli"]
 MODEL = "tiny-qwen2"
+# One local Ray head per machine: concurrent test sessions wait for each other instead of colliding.
+SESSION_LOCK = Path("/tmp/llm-serving-integration.lock")
 
 
 def free_port() -> int:
@@ -34,7 +37,7 @@ def platform_config(port: int, dashboard_port: int) -> dict:
         "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
         "http": {"host": "127.0.0.1", "port": port},
         "ray": {"num_cpus": 8, "dashboard_port": dashboard_port},
-        "vllm": {"engine": {"gpu_memory_utilization": 0.05, "max_num_seqs": 32}},
+        "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32}},
     }
 
 
@@ -64,17 +67,18 @@ def run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    port = free_port()
-    config_path = tmp_path_factory.mktemp("platform") / "platform.yaml"
-    config_path.write_text(yaml.safe_dump(platform_config(port, free_port())))
-    started = run_cli("up", "--detach", "--config", str(config_path))
-    if started.returncode != 0:
-        run_cli("down")
-        pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
-    try:
-        yield Platform(url=f"http://127.0.0.1:{port}", model=MODEL, config_path=config_path)
-    finally:
-        run_cli("down", timeout=120)
+    with FileLock(str(SESSION_LOCK), timeout=3600):
+        port = free_port()
+        config_path = tmp_path_factory.mktemp("platform") / "platform.yaml"
+        config_path.write_text(yaml.safe_dump(platform_config(port, free_port())))
+        started = run_cli("up", "--detach", "--config", str(config_path))
+        if started.returncode != 0:
+            run_cli("down")
+            pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
+        try:
+            yield Platform(url=f"http://127.0.0.1:{port}", model=MODEL, config_path=config_path)
+        finally:
+            run_cli("down", timeout=120)
 
 
 @pytest.fixture(scope="session")
@@ -96,3 +100,4 @@ def extra_app(name: str, route_prefix: str, application) -> Iterator[None]:
         yield
     finally:
         serve.delete(name)
+        ray.shutdown()  # leave the cluster before the session's `llm-serving down` stops it
