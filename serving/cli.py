@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 
+from serving.analysis.cli import analyze
 from serving.config import ConfigError, PlatformConfig, load_config
+from serving.loadgen.cli import bench
 from serving.models import ModelNotFoundError, resolve_model
 
 EXIT_USAGE = 2
@@ -57,6 +59,7 @@ def print_ready(ep: Any) -> None:
     click.echo(f"  OpenAI API     {ep.api_url}")
     click.echo(f"  health         {ep.health_url}")
     click.echo(f"  Ray dashboard  {ep.dashboard_url}")
+    click.echo(f"  metrics        {ep.metrics_url}")
     click.echo("try:")
     click.echo(
         f"  curl -s {ep.api_url}/chat/completions -H 'Content-Type: application/json' -d '{curl_body}'"
@@ -158,6 +161,9 @@ def status(as_json: bool) -> None:
     )
     click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}")
 
+
+main.add_command(analyze)
+main.add_command(bench)
 
 if __name__ == "__main__":
     main()

@@ -168,6 +168,9 @@ class RayConfig(StrictModel):
     )
     dashboard_host: str = Field("127.0.0.1", description="Address the Ray dashboard binds.")
     dashboard_port: int = Field(8265, gt=0, lt=65536, description="Port of the Ray dashboard.")
+    metrics_export_port: int = Field(
+        8080, gt=0, lt=65536, description="Port of the node's Prometheus endpoint (Ray metrics)."
+    )
 
 
 class PlatformConfig(StrictModel):

@@ -30,6 +30,7 @@ class Endpoints:
     api_url: str  # base URL of the OpenAI routes, e.g. http://127.0.0.1:8000/v1
     health_url: str
     dashboard_url: str
+    metrics_url: str  # the Ray node's Prometheus endpoint
     model: str
     apps: list[str]
 
@@ -41,8 +42,17 @@ def endpoints(config: PlatformConfig) -> Endpoints:
         api_url=f"{http}{prefix}/v1",
         health_url=f"{http}{prefix}/health",
         dashboard_url=f"http://{config.ray.dashboard_host}:{config.ray.dashboard_port}",
+        metrics_url=f"http://127.0.0.1:{config.ray.metrics_export_port}/metrics",
         model=config.model.name,
-        apps=[name for name, on in (("vllm", config.vllm.enabled),) if on],
+        apps=[
+            name
+            for name, on in (
+                ("vllm", config.vllm.enabled),
+                ("hf", config.hf.enabled),
+                ("analysis", config.analysis.enabled),
+            )
+            if on
+        ],
     )
 
 
@@ -74,9 +84,11 @@ def start_ray_head(config: PlatformConfig) -> None:
         "--include-dashboard=true",
         f"--dashboard-host={config.ray.dashboard_host}",
         f"--dashboard-port={config.ray.dashboard_port}",
+        f"--metrics-export-port={config.ray.metrics_export_port}",
         "--disable-usage-stats",
     ]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Metrics reach Prometheus (and Serve's autoscaler sees queues) every 2 s instead of 10 s.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_metrics_report_interval_ms": "2000"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         output = (done.stdout + done.stderr).strip()

@@ -182,9 +182,11 @@ async def stream_jobs(engine: Engine, jobs: list[Job]) -> AsyncIterator[tuple[Jo
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def collect(engine: Engine, jobs: list[Job]) -> list[ChoiceResult]:
+async def collect(
+    deltas: AsyncIterator[tuple[Job, Delta]], jobs: list[Job]
+) -> list[ChoiceResult]:
     results = [ChoiceResult() for _ in jobs]
-    async for job, delta in stream_jobs(engine, jobs):
+    async for job, delta in deltas:
         result = results[job.index]
         result.text += delta.text
         result.num_tokens += delta.num_tokens

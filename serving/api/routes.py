@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from openai.types import Model
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api import generation as gen
 from serving.api.errors import APIError, error_body, install_error_handlers
+from serving.api.observe import observed
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest
-from serving.engines.base import Engine
+from serving.engines.base import Delta, Engine
+from serving.metrics import PlatformMetrics
 
 logger = logging.getLogger(__name__)
 
 SSE_DONE = "[DONE]"
-JobsBuilder = Callable[[Engine, str, CompletionRequest | ChatCompletionRequest], list[gen.Job]]
 
 
 def json_response(obj: BaseModel) -> JSONResponse:
@@ -53,10 +55,11 @@ async def stream_errors_as_events(events: AsyncIterator[str]) -> AsyncIterator[s
 
 
 async def completion_events(
-    engine: Engine, request_id: str, request: CompletionRequest, jobs: list[gen.Job]
+    deltas: AsyncIterator[tuple[gen.Job, Delta]], request_id: str, request: CompletionRequest,
+    jobs: list[gen.Job],
 ) -> AsyncIterator[str]:
     completion_tokens = 0
-    async for job, delta in gen.stream_jobs(engine, jobs):
+    async for job, delta in deltas:
         completion_tokens += delta.num_tokens
         yield gen.completion_chunk(request_id, request.model, job, delta).model_dump_json()
     if request.include_usage_in_stream:
@@ -64,12 +67,13 @@ async def completion_events(
 
 
 async def chat_events(
-    engine: Engine, request_id: str, request: ChatCompletionRequest, jobs: list[gen.Job]
+    deltas: AsyncIterator[tuple[gen.Job, Delta]], request_id: str, request: ChatCompletionRequest,
+    jobs: list[gen.Job],
 ) -> AsyncIterator[str]:
     for job in jobs:  # the role comes first, once per choice, as OpenAI sends it
         yield gen.chat_chunk(request_id, request.model, job.index, "", None, role="assistant").model_dump_json()
     completion_tokens = 0
-    async for job, delta in gen.stream_jobs(engine, jobs):
+    async for job, delta in deltas:
         completion_tokens += delta.num_tokens
         chunk = gen.chat_chunk(
             request_id, request.model, job.index, delta.text, delta.finish_reason, extra=delta.extra
@@ -82,11 +86,39 @@ async def chat_events(
         yield final.model_dump_json()
 
 
-def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
+class StatusCounter:
+    """ASGI middleware counting responses by status when their headers go out. Plain ASGI, not
+    BaseHTTPMiddleware, so streams and client-disconnect cancellation pass through untouched."""
+
+    def __init__(self, app: ASGIApp, metrics: PlatformMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.record_status(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
+
+
+def build_openai_app(
+    engine: Engine, title: str = "llm-serving", metrics: PlatformMetrics | None = None
+) -> FastAPI:
     """OpenAI routes under /v1 plus /health, all errors in the OpenAI error shape."""
     app = FastAPI(title=title, version="1")
     install_error_handlers(app)
     created = int(time.time())
+    if metrics is not None:
+        app.add_middleware(StatusCounter, metrics=metrics)
+
+    def deltas(jobs: list[gen.Job]) -> AsyncIterator[tuple[gen.Job, Delta]]:
+        return observed(gen.stream_jobs(engine, jobs), jobs, metrics, time.perf_counter())
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
@@ -107,8 +139,9 @@ def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
         request_id = gen.new_request_id("cmpl")
         jobs = gen.completion_jobs(engine, request_id, request)
         if request.stream:
-            return sse(stream_errors_as_events(completion_events(engine, request_id, request, jobs)))
-        results = await gen.collect(engine, jobs)
+            events = completion_events(deltas(jobs), request_id, request, jobs)
+            return sse(stream_errors_as_events(events))
+        results = await gen.collect(deltas(jobs), jobs)
         return json_response(gen.completion_response(request_id, request.model, jobs, results))
 
     @app.post("/v1/chat/completions")
@@ -118,8 +151,8 @@ def build_openai_app(engine: Engine, title: str = "llm-serving") -> FastAPI:
         request_id = gen.new_request_id("chatcmpl")
         jobs = gen.chat_jobs(engine, request_id, request)
         if request.stream:
-            return sse(stream_errors_as_events(chat_events(engine, request_id, request, jobs)))
-        results = await gen.collect(engine, jobs)
+            return sse(stream_errors_as_events(chat_events(deltas(jobs), request_id, request, jobs)))
+        results = await gen.collect(deltas(jobs), jobs)
         return json_response(gen.chat_response(request_id, request.model, jobs, results))
 
     @app.get("/health")

@@ -4,6 +4,7 @@ so a replica accepts many requests at once (`max_ongoing_requests`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,6 +14,7 @@ from ray.serve import Application
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig, ReplicaResources
 from serving.engines.vllm import VLLMEngine, vllm_env
+from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 
 
@@ -32,9 +34,11 @@ class VLLMServer:
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
         self.engine = VLLMEngine.start(self.config, model_dir)
+        self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
+        self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_openai_app(self.engine, title="llm-serving (vLLM)")
+        return build_openai_app(self.engine, title="llm-serving (vLLM)", metrics=self.metrics)
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""

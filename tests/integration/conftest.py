@@ -31,12 +31,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def platform_config(port: int, dashboard_port: int) -> dict:
+def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
     """The test platform: every app on the tiny model, small KV cache, loopback only."""
     return {
         "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
         "http": {"host": "127.0.0.1", "port": port},
-        "ray": {"num_cpus": 8, "dashboard_port": dashboard_port},
+        "ray": {"num_cpus": 8, "dashboard_port": dashboard_port, "metrics_export_port": metrics_port},
         "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32}},
     }
 
@@ -46,6 +46,8 @@ class Platform:
     url: str  # http://127.0.0.1:PORT
     model: str
     config_path: Path
+    dashboard_url: str
+    metrics_url: str  # the Ray node's Prometheus endpoint
 
     @property
     def api(self) -> str:
@@ -68,15 +70,19 @@ def run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     with FileLock(str(SESSION_LOCK), timeout=3600):
-        port = free_port()
+        port, dashboard_port, metrics_port = free_port(), free_port(), free_port()
         config_path = tmp_path_factory.mktemp("platform") / "platform.yaml"
-        config_path.write_text(yaml.safe_dump(platform_config(port, free_port())))
+        config_path.write_text(yaml.safe_dump(platform_config(port, dashboard_port, metrics_port)))
         started = run_cli("up", "--detach", "--config", str(config_path))
         if started.returncode != 0:
             run_cli("down")
             pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
         try:
-            yield Platform(url=f"http://127.0.0.1:{port}", model=MODEL, config_path=config_path)
+            yield Platform(
+                url=f"http://127.0.0.1:{port}", model=MODEL, config_path=config_path,
+                dashboard_url=f"http://127.0.0.1:{dashboard_port}",
+                metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+            )
         finally:
             run_cli("down", timeout=120)
 

@@ -1,0 +1,142 @@
+"""The analysis deployment: the served model loaded with eager attention, opened up over HTTP
+(config, modules, GQA shapes, KV-cache math, attention weights, per-token latency). The FastAPI
+app is built from a loaded model, so it is tested without Ray."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Literal
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from ray import serve
+from ray.serve import Application
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from serving.analysis import AnalysisInputError
+from serving.analysis.architecture import attention_layers, config_report, module_tree
+from serving.analysis.attention import attention_report, load_analysis_model
+from serving.analysis.kv_cache import kv_cache_report_for
+from serving.analysis.latency import generation_trace
+from serving.api.errors import APIError, error_response, install_error_handlers
+from serving.config import AnalysisDeploymentConfig, PlatformConfig
+from serving.deployments.vllm_server import replica_actor_options
+from serving.models import resolve_model
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, description="Text whose attention weights are returned.")
+    layers: list[int] | None = Field(None, description="Layer indices; default every layer.")
+    heads: list[int] | None = Field(None, description="Head indices; default every head.")
+    format: Literal["json", "html"] = Field(
+        "json", description="'html' returns bertviz's interactive head view."
+    )
+
+
+class TraceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, description="Prompt to decode greedily from.")
+    max_new_tokens: int = Field(16, gt=0, description="Tokens to generate (EOS is ignored).")
+    mode: Literal["no-cache", "kv-cache"] = Field(
+        "kv-cache", description="Re-run the whole sequence each step, or reuse the KV cache."
+    )
+
+
+def as_api_error(err: AnalysisInputError) -> APIError:
+    return APIError(err.message, status=400, param=err.param, code=err.code)
+
+
+def build_analysis_api(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: AnalysisDeploymentConfig,
+    model_name: str,
+    default_tokens: int = 2048,
+) -> FastAPI:
+    """Routes over one loaded model; `settings` holds the request limits."""
+    app = FastAPI(title="llm-serving (analysis)")
+    install_error_handlers(app)
+    report = config_report(model)  # static: computed once per replica
+    model_lock = threading.Lock()  # one forward pass at a time: keeps latency traces honest
+
+    @app.exception_handler(AnalysisInputError)
+    async def _bad_input(_: Request, err: AnalysisInputError) -> JSONResponse:
+        return error_response(as_api_error(err))
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "model": model_name}
+
+    @app.get("/config")
+    def get_config() -> dict[str, Any]:
+        return {"model": model_name, **report}
+
+    @app.get("/modules")
+    def get_modules(depth: int | None = Query(None, ge=0)) -> dict[str, Any]:
+        return {"model": model_name, "modules": module_tree(model, depth)}
+
+    @app.get("/attention-layers")
+    def get_attention_layers() -> dict[str, Any]:
+        return {"model": model_name, "layers": attention_layers(model)}
+
+    @app.get("/kv-cache")
+    def get_kv_cache(
+        tokens: int = Query(default_tokens, gt=0),
+        batch: int = Query(1, gt=0),
+        dtype: str = Query("auto"),
+        memory_gb: float = Query(1.0, gt=0),
+    ) -> dict[str, Any]:
+        result = kv_cache_report_for(report["architecture"], tokens, batch, dtype, memory_gb)
+        return {"model": model_name, **result}
+
+    @app.post("/attention", response_model=None)
+    def post_attention(
+        body: AttentionRequest, format: Literal["json", "html"] | None = Query(None)
+    ) -> dict[str, Any] | HTMLResponse:
+        fmt = format or body.format
+        with model_lock:
+            result = attention_report(
+                model, tokenizer, body.prompt, body.layers, body.heads, fmt,
+                settings.max_prompt_tokens, settings.max_attention_values,
+            )
+        if fmt == "html":
+            return HTMLResponse(result)
+        return {"model": model_name, **result}
+
+    @app.post("/generation-trace")
+    def post_generation_trace(body: TraceRequest) -> dict[str, Any]:
+        with model_lock:
+            result = generation_trace(
+                model, tokenizer, body.prompt, body.max_new_tokens, body.mode,
+                settings.max_prompt_tokens, settings.max_new_tokens,
+            )
+        return {"model": model_name, **result}
+
+    return app
+
+
+@serve.deployment(name="Analysis", health_check_period_s=10, health_check_timeout_s=30)
+@serve.ingress()
+class AnalysisServer:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = PlatformConfig.model_validate(config)
+        model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        self.model, self.tokenizer = load_analysis_model(model_dir, self.config.model.dtype)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_analysis_api(
+            self.model, self.tokenizer, self.config.analysis, self.config.model.name,
+            default_tokens=self.config.model.max_model_len,
+        )
+
+
+def build_analysis_app(config: PlatformConfig) -> Application:
+    deployment = config.analysis
+    return AnalysisServer.options(
+        max_ongoing_requests=deployment.max_ongoing_requests,
+        ray_actor_options=replica_actor_options(deployment.resources, {}),
+    ).bind(config.model_dump(mode="json"))

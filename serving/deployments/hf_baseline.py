@@ -1,0 +1,55 @@
+"""The transformers baseline deployment: the same OpenAI routes as the vLLM app (`/hf/v1/...`),
+served by `HFEngine`. The replica runs one job at a time, so Serve bounds what it accepts
+(`max_ongoing_requests`) and what waits for it (`max_queued_requests`); beyond that Serve's proxy
+answers 503 with `Retry-After` instead of queueing without bound."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+from ray.serve import Application
+from ray.serve.config import BackpressureConfig
+
+from serving.api.routes import build_openai_app
+from serving.config import PlatformConfig
+from serving.deployments.vllm_server import replica_actor_options
+from serving.engines.hf import HFEngine
+from serving.models import resolve_model
+
+
+@serve.deployment(name="HFBaseline", health_check_period_s=10, health_check_timeout_s=30)
+@serve.ingress()
+class HFBaseline:
+    async def __init__(self, config: dict[str, Any]) -> None:
+        self.config = PlatformConfig.model_validate(config)
+        model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        # Loading takes seconds; off the loop so the replica's event loop stays responsive.
+        self.engine = await asyncio.to_thread(HFEngine.load, self.config, model_dir)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_openai_app(self.engine, title="llm-serving (transformers baseline)")
+
+    async def check_health(self) -> None:
+        """Serve's replica health check: a dead generation thread gets the replica replaced."""
+        await self.engine.check_health()
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
+
+def build_hf_app(config: PlatformConfig) -> Application:
+    deployment = config.hf
+    return HFBaseline.options(
+        num_replicas=deployment.num_replicas,
+        max_ongoing_requests=deployment.max_ongoing_requests,
+        max_queued_requests=deployment.max_queued_requests,
+        backpressure_config=BackpressureConfig(
+            status_code=503, retry_after_s=deployment.retry_after_s
+        ),
+        ray_actor_options=replica_actor_options(deployment.resources, {}),
+    ).bind(config.model_dump(mode="json"))

