@@ -13,11 +13,15 @@ PYTEST_ARGS ?=
 
 install: $(STAMP) system-deps
 
-# Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback.
+# Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback;
+# headless Chromium opens the attention head view and checks it drew the prompt's tokens.
 system-deps:
 	@command -v prometheus >/dev/null || { \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+	@command -v chromium >/dev/null || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -57,6 +57,10 @@ def print_ready(ep: Any) -> None:
     click.echo("llm-serving is up")
     click.echo(f"  model          {ep.model}")
     click.echo(f"  OpenAI API     {ep.api_url}")
+    if ep.hf_url:
+        click.echo(f"  HF baseline    {ep.hf_url}")
+    if ep.analysis_url:
+        click.echo(f"  analysis       {ep.analysis_url}")
     click.echo(f"  health         {ep.health_url}")
     click.echo(f"  Ray dashboard  {ep.dashboard_url}")
     click.echo(f"  metrics        {ep.metrics_url}")
@@ -92,7 +96,9 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
         local.connect()
         local.deploy(config)
         ep = local.endpoints(config)
-        local.wait_healthy(ep.health_url, timeout)
+        deadline = time.monotonic() + timeout
+        for url in local.health_urls(config):
+            local.wait_healthy(url, max(1.0, deadline - time.monotonic()))
         local.save_state(ep)
     except BaseException:
         local.shutdown()

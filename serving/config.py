@@ -86,17 +86,99 @@ class VLLMEngineConfig(StrictModel):
         return 0.90 if accelerator == "gpu" else 0.25
 
 
-class VLLMDeploymentConfig(StrictModel):
-    enabled: bool = Field(True, description="Serve the vLLM application.")
-    route_prefix: str = Field("/", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
-    num_replicas: int = Field(1, ge=1, description="Replicas (each one engine, one GPU on GPU).")
+class AutoscalingSettings(StrictModel):
+    """Serve autoscaling on queue depth: ongoing requests per replica (running in the engine +
+    waiting in the engine + queued in the replica), reported by every replica to Serve."""
+
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas (0 allows scale to zero).")
+    max_replicas: int = Field(1, ge=1, description="Most replicas (on GPU: most GPUs used).")
+    target_queue_depth: float = Field(
+        32.0, gt=0, description="Ongoing requests per replica the autoscaler aims for."
+    )
+    upscale_delay_s: float = Field(
+        2.0, ge=0, description="Load must stay above target this long before scaling up."
+    )
+    downscale_delay_s: float = Field(
+        20.0, ge=0, description="Load must stay below target this long before scaling down."
+    )
+    metrics_interval_s: float = Field(
+        1.0, gt=0, description="How often each replica reports its queue to the autoscaler."
+    )
+    look_back_period_s: float = Field(
+        3.0, gt=0, description="Window the autoscaler averages the queue over."
+    )
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> AutoscalingSettings:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+    def serve_options(self) -> dict[str, Any]:
+        """Ray Serve's `autoscaling_config`."""
+        return {
+            "min_replicas": self.min_replicas,
+            "initial_replicas": max(self.min_replicas, 1),
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_queue_depth,
+            "upscale_delay_s": self.upscale_delay_s,
+            "downscale_delay_s": self.downscale_delay_s,
+            "look_back_period_s": self.look_back_period_s,
+        }
+
+
+class BackpressureSettings(StrictModel):
+    """What happens when every replica is busy: a bounded queue, then a fast refusal."""
+
+    max_queued_requests: int = Field(
+        512, ge=-1, description="Requests waiting for a free replica slot; -1 = unbounded."
+    )
+    status_code: Literal[503, 429] = Field(503, description="Status of a refused request.")
+    retry_after_s: float = Field(1.0, ge=0, description="The Retry-After header of a refusal.")
+
+    def serve_options(self) -> dict[str, Any]:
+        from ray.serve.config import BackpressureConfig
+
+        return {
+            "max_queued_requests": self.max_queued_requests,
+            "backpressure_config": BackpressureConfig(
+                status_code=self.status_code, retry_after_s=self.retry_after_s
+            ),
+        }
+
+
+class ReplicaScaling(StrictModel):
+    """Replica count, concurrency and backpressure of one engine deployment."""
+
+    num_replicas: int = Field(1, ge=1, description="Replicas when autoscaling is off.")
     max_ongoing_requests: int = Field(
-        256,
-        gt=0,
-        description="Requests one replica accepts at once; high so vLLM can batch them.",
+        256, gt=0, description="Requests one replica accepts at once."
+    )
+    autoscaling: AutoscalingSettings | None = Field(
+        None, description="Scale replicas on queue depth; unset = a fixed num_replicas."
+    )
+    backpressure: BackpressureSettings = Field(
+        default_factory=BackpressureSettings, description="Bounded queue in front of replicas."
     )
     resources: ReplicaResources = Field(
         default_factory=ReplicaResources, description="Resources of each replica."
+    )
+
+    def replica_options(self) -> dict[str, Any]:
+        """Serve deployment options for replica count, concurrency and backpressure."""
+        options: dict[str, Any] = {"max_ongoing_requests": self.max_ongoing_requests}
+        if self.autoscaling is None:
+            options["num_replicas"] = self.num_replicas
+        else:
+            options["autoscaling_config"] = self.autoscaling.serve_options()
+        return options | self.backpressure.serve_options()
+
+
+class VLLMDeploymentConfig(ReplicaScaling):
+    enabled: bool = Field(True, description="Serve the vLLM application.")
+    route_prefix: str = Field("/", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+    max_ongoing_requests: int = Field(
+        256, gt=0, description="Requests one replica accepts at once; high so vLLM can batch them."
     )
     engine: VLLMEngineConfig = Field(
         default_factory=VLLMEngineConfig, description="vLLM engine arguments."
@@ -106,16 +188,16 @@ class VLLMDeploymentConfig(StrictModel):
 HFMode = Literal["generate", "no-cache", "kv-cache", "static-batch"]
 
 
-class HFDeploymentConfig(StrictModel):
+class HFDeploymentConfig(ReplicaScaling):
     enabled: bool = Field(True, description="Serve the transformers baseline application.")
     route_prefix: str = Field("/hf", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
-    num_replicas: int = Field(1, ge=1, description="Replicas of the baseline.")
     max_ongoing_requests: int = Field(
         8, gt=0, description="Requests one replica works on at once (the baseline does not batch "
         "continuously; static-batch mode batches what arrives within a window)."
     )
-    max_queued_requests: int = Field(
-        32, ge=0, description="Requests waiting for a replica; beyond it 503 with Retry-After."
+    backpressure: BackpressureSettings = Field(
+        default_factory=lambda: BackpressureSettings(max_queued_requests=32),
+        description="Bounded queue in front of replicas: beyond it 503 with Retry-After.",
     )
     mode: HFMode = Field(
         "generate",
@@ -126,12 +208,6 @@ class HFDeploymentConfig(StrictModel):
         50.0, ge=0, description="static-batch: how long to collect requests into one batch."
     )
     max_batch_size: int = Field(8, gt=0, description="static-batch: most requests per batch.")
-    retry_after_s: float = Field(
-        1.0, ge=0, description="Seconds the Retry-After header of a 503 (queue full) suggests."
-    )
-    resources: ReplicaResources = Field(
-        default_factory=ReplicaResources, description="Resources of each replica."
-    )
 
 
 class AnalysisDeploymentConfig(StrictModel):
@@ -200,6 +276,22 @@ class PlatformConfig(StrictModel):
         if len(set(prefixes.values())) != len(prefixes):
             raise ValueError(f"route prefixes must differ: {prefixes}")
         return self
+
+
+def ray_env(config: PlatformConfig) -> dict[str, str]:
+    """Environment of every Ray process (local head, chart pods): how fast queues are reported.
+    Serve reads its push intervals from the environment (the config field is deprecated)."""
+    intervals = [
+        d.autoscaling.metrics_interval_s for d in (config.vllm, config.hf) if d.autoscaling
+    ]
+    # Apps deployed later (or by hand) get the default: cheap, and the autoscaler reacts fast.
+    push_s = str(min(intervals, default=AutoscalingSettings().metrics_interval_s))
+    return {
+        "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
+        "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
+        # Metrics reach Prometheus every 2 s instead of Ray's 10 s.
+        "RAY_metrics_report_interval_ms": "2000",
+    }
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import PlatformConfig
+from serving.config import PlatformConfig, ray_env
 from serving.models import cache_root
 
 RAY_NAMESPACE = "llm-serving"
@@ -33,6 +33,9 @@ class Endpoints:
     metrics_url: str  # the Ray node's Prometheus endpoint
     model: str
     apps: list[str]
+    # Defaults keep state files written before these fields loadable; None when the app is off.
+    hf_url: str | None = None  # the transformers baseline's OpenAI routes, e.g. .../hf/v1
+    analysis_url: str | None = None  # the analysis routes, e.g. .../analysis
 
 
 def endpoints(config: PlatformConfig) -> Endpoints:
@@ -53,7 +56,18 @@ def endpoints(config: PlatformConfig) -> Endpoints:
             )
             if on
         ],
+        hf_url=f"{http}{config.hf.route_prefix.rstrip('/')}/v1" if config.hf.enabled else None,
+        analysis_url=(
+            f"{http}{config.analysis.route_prefix.rstrip('/')}" if config.analysis.enabled else None
+        ),
     )
+
+
+def health_urls(config: PlatformConfig) -> list[str]:
+    """The /health route of every enabled app: `up` is ready when all of them answer."""
+    http = f"http://{config.http.host}:{config.http.port}"
+    apps = (config.vllm, config.hf, config.analysis)
+    return [f"{http}{app.route_prefix.rstrip('/')}/health" for app in apps if app.enabled]
 
 
 def state_file() -> Path:
@@ -87,8 +101,7 @@ def start_ray_head(config: PlatformConfig) -> None:
         f"--metrics-export-port={config.ray.metrics_export_port}",
         "--disable-usage-stats",
     ]
-    # Metrics reach Prometheus (and Serve's autoscaler sees queues) every 2 s instead of 10 s.
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_metrics_report_interval_ms": "2000"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **ray_env(config)}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         output = (done.stdout + done.stderr).strip()

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from serving.analysis import AnalysisInputError
+from serving.analysis.page import inline_vendored_scripts
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -101,8 +102,9 @@ def attention_json(
 def head_view_html(
     weights: dict[int, torch.Tensor], tokens: list[str], num_layers: int, heads: list[int], title: str
 ) -> str:
-    """bertviz's head view as a standalone page: its fragment (require.js, d3, the view's script)
-    inside a minimal HTML document a browser opens directly."""
+    """bertviz's head view as a standalone page: its fragment (the view's script, with require.js,
+    d3 and jQuery inlined from serving/analysis/static) inside a minimal HTML document that a
+    browser opens directly, with no network."""
     from bertviz import head_view
 
     # bertviz indexes the list by layer number, so unselected layers can stay empty.
@@ -111,6 +113,7 @@ def head_view_html(
         attention=per_layer, tokens=tokens, prettify_tokens=False, include_layers=list(weights),
         heads=heads, html_action="return",
     ).data
+    fragment = inline_vendored_scripts(fragment)
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{title}</title></head>\n<body>\n{fragment}\n</body></html>\n"

@@ -264,7 +264,7 @@ def attention_cmd(model_ref: str, prompt: str, layers: str | None, heads: str | 
     chosen_layers, chosen_heads = parse_indices(layers, "layers"), parse_indices(heads, "heads")
     if html_path:
         page = attention_report(model, tokenizer, prompt, chosen_layers, chosen_heads, "html")
-        Path(html_path).write_text(page)
+        Path(html_path).write_text(page, encoding="utf-8")  # the page declares utf-8
         click.echo(f"wrote {html_path}")
         return
     report = attention_report(model, tokenizer, prompt, chosen_layers, chosen_heads)

@@ -11,12 +11,12 @@ from typing import Any
 from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
-from ray.serve.config import BackpressureConfig
 
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig
 from serving.deployments.vllm_server import replica_actor_options
 from serving.engines.hf import HFEngine
+from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 
 
@@ -28,9 +28,13 @@ class HFBaseline:
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
         # Loading takes seconds; off the loop so the replica's event loop stays responsive.
         self.engine = await asyncio.to_thread(HFEngine.load, self.config, model_dir)
+        self.metrics = PlatformMetrics(MetricLabels("hf", self.config.model.name, "HFBaseline"))
+        self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_openai_app(self.engine, title="llm-serving (transformers baseline)")
+        return build_openai_app(
+            self.engine, title="llm-serving (transformers baseline)", metrics=self.metrics
+        )
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead generation thread gets the replica replaced."""
@@ -45,11 +49,6 @@ class HFBaseline:
 def build_hf_app(config: PlatformConfig) -> Application:
     deployment = config.hf
     return HFBaseline.options(
-        num_replicas=deployment.num_replicas,
-        max_ongoing_requests=deployment.max_ongoing_requests,
-        max_queued_requests=deployment.max_queued_requests,
-        backpressure_config=BackpressureConfig(
-            status_code=503, retry_after_s=deployment.retry_after_s
-        ),
+        **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, {}),
     ).bind(config.model_dump(mode="json"))

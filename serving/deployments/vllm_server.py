@@ -53,7 +53,6 @@ class VLLMServer:
 def build_vllm_app(config: PlatformConfig) -> Application:
     deployment = config.vllm
     return VLLMServer.options(
-        num_replicas=deployment.num_replicas,
-        max_ongoing_requests=deployment.max_ongoing_requests,
+        **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
     ).bind(config.model_dump(mode="json"))

@@ -74,7 +74,8 @@ def test_attention_html_is_bertviz_head_view(http: httpx.Client, where: str) -> 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     page = response.text
-    assert page.startswith("<!DOCTYPE html>") and "bertviz-" in page and "require.js" in page
+    assert page.startswith("<!DOCTYPE html>") and "bertviz-" in page and "RequireJS 2.3.6" in page
+    assert "cdnjs" not in page  # require.js, d3 and jQuery are inlined: no network needed
     assert "Layer: <select id=\"layer\">" in page and '" lovely"' in page
 
 

@@ -194,8 +194,8 @@ def test_openai_client_raises_typed_errors(client: openai.OpenAI) -> None:
 def test_full_queue_is_a_503_with_retry_after(platform: Platform) -> None:
     config = PlatformConfig.model_validate({
         "model": {"ref": MODEL, "dtype": "float32", "max_model_len": 1024},
-        "hf": {"route_prefix": "/hf-tight", "max_ongoing_requests": 1, "max_queued_requests": 1,
-               "retry_after_s": 2},
+        "hf": {"route_prefix": "/hf-tight", "max_ongoing_requests": 1,
+               "backpressure": {"max_queued_requests": 1, "retry_after_s": 2}},
     })
     slow = {"model": MODEL, "prompt": "Go", "max_tokens": 1000, "stream": True,
             "ignore_eos": True, "mode": "no-cache"}

@@ -1,7 +1,9 @@
-"""CLI errors are one line and a non-zero exit, never a traceback; nothing starts on bad input."""
+"""CLI errors are one line and a non-zero exit, never a traceback; nothing starts on bad input;
+`up` prints the URL of every enabled app."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -37,3 +39,28 @@ def test_status_without_a_platform_says_how_to_start(tmp_path: Path, monkeypatch
 def test_overrides_replace_model_and_port() -> None:
     config = apply_overrides(PlatformConfig(), "tiny-qwen2", 9001)
     assert (config.model.ref, config.model.name, config.http.port) == ("tiny-qwen2", "tiny-qwen2", 9001)
+
+
+def test_ready_message_prints_every_enabled_app(capsys) -> None:
+    from serving.cli import print_ready
+    from serving.local import endpoints
+
+    print_ready(endpoints(PlatformConfig()))
+    out = capsys.readouterr().out
+    assert "OpenAI API     http://127.0.0.1:8000/v1" in out
+    assert "HF baseline    http://127.0.0.1:8000/hf/v1" in out
+    assert "analysis       http://127.0.0.1:8000/analysis" in out
+    off = PlatformConfig.model_validate({"hf": {"enabled": False}, "analysis": {"enabled": False}})
+    assert (endpoints(off).hf_url, endpoints(off).analysis_url) == (None, None)
+
+
+def test_state_file_from_before_the_app_urls_still_loads(tmp_path: Path, monkeypatch) -> None:
+    from serving.local import load_state, state_file
+
+    monkeypatch.setenv("LLM_SERVING_CACHE", str(tmp_path))
+    old = {"api_url": "a", "health_url": "h", "dashboard_url": "d", "metrics_url": "m",
+           "model": "tiny-qwen2", "apps": ["vllm"]}
+    state_file().parent.mkdir(parents=True, exist_ok=True)
+    state_file().write_text(json.dumps(old))
+    ep = load_state()
+    assert ep is not None and ep.api_url == "a" and ep.hf_url is None
