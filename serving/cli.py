@@ -152,20 +152,27 @@ def status(as_json: bool) -> None:
         apps = local.serve_status()
     except ConnectionError as err:
         raise local.PlatformError(f"cannot reach the local Ray cluster: {err}") from None
-    health = local.engine_health(ep)
+    engines = {app: local.engine_health(url) for app, url in local.engine_health_urls(ep).items()}
     if as_json:
-        click.echo(json.dumps({"apps": apps, "engine": health}, indent=2))
+        click.echo(json.dumps({"apps": apps, "engines": engines}, indent=2))
         return
     for name, app in apps.items():
         click.echo(f"{name}: {app['status']}")
         for dname, dep in app["deployments"].items():
             replicas = ", ".join(f"{k}={v}" for k, v in dep["replicas"].items())
             click.echo(f"  {dname}: {dep['status']} ({replicas})")
-    click.echo(
-        f"engine: {health.get('status')} running={health.get('running')} "
-        f"waiting={health.get('waiting')}"
+        if name in engines:
+            click.echo(f"  engine: {format_engine(engines[name])}")
+    click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}  metrics {ep.metrics_url}")
+
+
+def format_engine(health: dict) -> str:
+    ttft = health.get("ttft_p50_ms_1m")
+    ttft_text = "-" if ttft is None else f"{ttft:.0f} ms"
+    return (
+        f"{health.get('status')} queue={health.get('waiting')} running={health.get('running')} "
+        f"ttft_p50_1m={ttft_text}"
     )
-    click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}")
 
 
 main.add_command(analyze)

@@ -190,8 +190,16 @@ def serve_status() -> dict:
     return apps
 
 
-def engine_health(ep: Endpoints) -> dict:
+def engine_health_urls(ep: Endpoints) -> dict[str, str]:
+    """Health routes of the engine apps (they report the engine's queue)."""
+    urls = {"vllm": ep.health_url} if "vllm" in ep.apps else {}
+    if ep.hf_url:
+        urls["hf"] = ep.hf_url.removesuffix("/v1") + "/health"
+    return urls
+
+
+def engine_health(url: str) -> dict:
     try:
-        return httpx.get(ep.health_url, timeout=5).json()
+        return httpx.get(url, timeout=5).json()
     except (httpx.HTTPError, ValueError) as err:
         return {"status": f"unreachable ({type(err).__name__})"}

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,6 +89,7 @@ class PlatformMetrics:
         self.prompt_tokens = counter(PROMPT_TOKENS)
         self.generation_tokens = counter(GENERATION_TOKENS)
         self.requests = counter(REQUESTS, ("status",))
+        self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
 
     def record_engine(self, stats: EngineStats) -> None:
         self.queue_depth.set(stats.waiting)
@@ -104,6 +108,13 @@ class PlatformMetrics:
 
     def record_first_token(self, ttft_s: float) -> None:
         self.ttft.observe(ttft_s)
+        self._recent_ttft.append((time.monotonic(), ttft_s))
+
+    def ttft_p50_ms(self, window_s: float = 60.0) -> float | None:
+        """Median TTFT of this replica over the last `window_s` (for `llm-serving status`)."""
+        since = time.monotonic() - window_s
+        recent = [value for at, value in self._recent_ttft if at >= since]
+        return round(statistics.median(recent) * 1000, 1) if recent else None
 
     def record_inter_token(self, gap_s: float) -> None:
         self.itl.observe(gap_s)

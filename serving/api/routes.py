@@ -170,6 +170,8 @@ def build_openai_app(
                 "waiting": stats.waiting,
                 "kv_cache_usage": stats.kv_cache_usage,
                 "aborted_total": stats.aborted_total,
+                "ttft_p50_ms_1m": metrics.ttft_p50_ms() if metrics else None,
+                "startup_s": engine.startup_timings,
             }
         )
 

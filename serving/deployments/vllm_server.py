@@ -5,6 +5,7 @@ so a replica accepts many requests at once (`max_ongoing_requests`)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from fastapi import FastAPI
@@ -31,9 +32,16 @@ def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> d
 @serve.ingress()
 class VLLMServer:
     async def __init__(self, config: dict[str, Any]) -> None:
+        started = time.perf_counter()
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        resolved = time.perf_counter()
         self.engine = VLLMEngine.start(self.config, model_dir)
+        self.engine.startup_timings = {
+            "resolve_model": round(resolved - started, 2),
+            **self.engine.startup_timings,
+            "replica_total": round(time.perf_counter() - started, 2),
+        }
         self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 

@@ -50,6 +50,7 @@ class Engine(Protocol):
     max_model_len: int
     tokenizer: Any  # a transformers tokenizer: chat template and prompt token counts
     modes: tuple[str, ...]  # generation modes a request may pick with `mode`; () = none
+    startup_timings: dict[str, float]  # seconds per start-up phase, for the autoscaling report
 
     def generate(
         self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec

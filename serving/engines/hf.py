@@ -166,6 +166,7 @@ class HFEngine:
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, max_model_len: int,
                  settings: HFDeploymentConfig) -> None:
+        self.startup_timings: dict[str, float] = {}
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,7 @@ class VLLMEngine:
     modes: tuple[str, ...] = ()
 
     def __init__(self, llm: Any, model_name: str, max_model_len: int, snapshot: SchedulerSnapshot):
+        self.startup_timings: dict[str, float] = {}
         self.llm = llm
         self.model_name = model_name
         self.max_model_len = max_model_len
@@ -116,15 +118,23 @@ class VLLMEngine:
     def start(cls, config: PlatformConfig, model_dir: Path) -> VLLMEngine:
         for key, value in vllm_env(config).items():
             os.environ.setdefault(key, value)
+        started = time.perf_counter()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        imported = time.perf_counter()
         snapshot = SchedulerSnapshot()
+        # Blocks until the engine core has loaded the weights, sized the KV cache and warmed up.
         llm = AsyncLLM.from_engine_args(
             AsyncEngineArgs(**engine_args(config, model_dir)),
             stat_loggers=[scheduler_stats_logger(snapshot)],
         )
-        return cls(llm, config.model.name, config.model.max_model_len, snapshot)
+        engine = cls(llm, config.model.name, config.model.max_model_len, snapshot)
+        engine.startup_timings = {
+            "import_vllm": round(imported - started, 2),
+            "engine_core": round(time.perf_counter() - imported, 2),
+        }
+        return engine
 
     async def generate(
         self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec

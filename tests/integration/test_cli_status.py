@@ -14,7 +14,9 @@ def test_status_shows_running_apps_and_the_engine_queue(platform: Platform) -> N
     assert status["apps"]["vllm"]["status"] == "RUNNING"
     replicas = status["apps"]["vllm"]["deployments"]["VLLMServer"]["replicas"]
     assert replicas.get("RUNNING") == 1
-    assert status["engine"]["status"] == "ok"
+    assert status["engines"]["vllm"]["status"] == "ok"
+    assert status["engines"]["hf"]["status"] == "ok"
+    assert status["engines"]["vllm"]["waiting"] == 0
 
 
 def test_second_up_refuses_while_one_runs(platform: Platform) -> None:
@@ -22,3 +24,19 @@ def test_second_up_refuses_while_one_runs(platform: Platform) -> None:
     assert result.returncode == 1
     assert "already running" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_status_text_lists_queue_and_ttft_per_engine(platform: Platform) -> None:
+    platform.client().completions.create(model=platform.model, prompt="hi", max_tokens=2)
+    result = run_cli("status", timeout=120)
+    assert result.returncode == 0, result.stderr
+    engine_line = {}
+    app = None
+    for line in result.stdout.splitlines():
+        if not line.startswith(" "):
+            app = line.split(":")[0]
+        elif line.strip().startswith("engine:"):
+            engine_line[app] = line
+    assert set(engine_line) == {"vllm", "hf"}
+    assert "queue=0" in engine_line["vllm"]
+    assert "ttft_p50_1m=-" not in engine_line["vllm"]  # the request above was measured

@@ -30,6 +30,7 @@ class FakeEngine:
     model_name = "fake-model"
     max_model_len = 64
     modes: tuple[str, ...] = ("fast",)
+    startup_timings: dict[str, float] = {}
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.tokenizer = WordTokenizer()
