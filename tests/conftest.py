@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-FOLDER_MARKERS = ("unit", "integration")
+FOLDER_MARKERS = ("unit", "integration", "k8s")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -69,17 +69,25 @@ def text_table(rows: list[list[str]]) -> str:
     return "\n".join(fmt.format(*row) for row in [list(COLUMNS), *rows])
 
 
+def shortfall_lines(document: dict[str, Any]) -> list[str]:
+    """Failures by status, and requests the --duration cap kept from starting."""
+    failures, cut = [], []
+    for level in document["levels"]:
+        for name, r in level["results"].items():
+            if r["failures"]:
+                failures.append(f"{level['label']} {name}: {r['failures']}")
+            if r["not_started"]:
+                cut.append(f"{level['label']} {name}: {r['not_started']}")
+    lines = ["failures by status: " + "; ".join(failures)] if failures else []
+    if cut:
+        lines.append("not started (--duration cap): " + "; ".join(cut))
+    return lines
+
+
 def console_summary(document: dict[str, Any]) -> str:
     """The table the command prints: one row per level and target, then the ratios."""
     lines = [text_table(table_rows(document)), "(latencies in ms)"]
-    lines += ratio_lines(document)
-    failures = [
-        f"{level['label']} {name}: {r['failures']}"
-        for level in document["levels"] for name, r in level["results"].items() if r["failures"]
-    ]
-    if failures:
-        lines.append("failures by status: " + "; ".join(failures))
-    return "\n".join(lines)
+    return "\n".join(lines + ratio_lines(document) + shortfall_lines(document))
 
 
 def markdown(document: dict[str, Any], checks: list[str]) -> str:
@@ -96,6 +104,7 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
         "Latencies in ms. `batching` = the engine reported more than one running request at once "
         "(polled from the server during the run; `unknown` when the server does not say).",
         "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),
+        *shortfall_lines(document),
     ]
     if checks:
         parts.append("## Requirements\n" + "\n".join(f"- {line}" for line in checks))

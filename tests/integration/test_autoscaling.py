@@ -28,24 +28,29 @@ def autoscaling_config() -> dict:
     }
 
 
-def running_replicas() -> int:
+def replica_counts() -> tuple[int, int]:
+    """(running, all) replicas; a STARTING one appears as soon as the autoscaler decides."""
     from ray import serve
 
-    deployment = serve.status().applications[APP].deployments["VLLMServer"]
-    return int(dict(deployment.replica_states).get("RUNNING", 0))
+    states = dict(serve.status().applications[APP].deployments["VLLMServer"].replica_states)
+    return int(states.get("RUNNING", 0)), sum(states.values())
+
+
+def running_replicas() -> int:
+    return replica_counts()[0]
 
 
 class ReplicaTimeline:
     """Samples the running replica count every 0.5 s in a thread until stopped."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, int]] = []
+        self.samples: list[tuple[float, int, int]] = []  # (time, running, all replicas)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), running_replicas()))
+            self.samples.append((time.monotonic(), *replica_counts()))
             self._stop.wait(0.5)
 
     def __enter__(self) -> ReplicaTimeline:
@@ -57,7 +62,12 @@ class ReplicaTimeline:
         self._thread.join(timeout=10)
 
     def first_time(self, replicas: int, after: float) -> float | None:
-        return next((t for t, n in self.samples if t >= after and n == replicas), None)
+        """When `replicas` were first RUNNING at or after `after`."""
+        return next((t for t, n, _ in self.samples if t >= after and n == replicas), None)
+
+    def first_decision(self, replicas: int, after: float) -> float | None:
+        """When the autoscaler first asked for `replicas` (counting STARTING ones)."""
+        return next((t for t, _, n in self.samples if t >= after and n >= replicas), None)
 
 
 async def burst(base_url: str, requests: int, max_tokens: int) -> list[str]:
@@ -90,6 +100,7 @@ def test_burst_scales_vllm_up_to_two_replicas_and_back(platform: Platform) -> No
                 break
         load_end = time.monotonic()
         up_at = timeline.first_time(2, start)
+        decided_at = timeline.first_decision(2, start)
         assert up_at is not None, f"never scaled to 2 replicas: {timeline.samples[-5:]}"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and running_replicas() != 1:
@@ -98,6 +109,7 @@ def test_burst_scales_vllm_up_to_two_replicas_and_back(platform: Platform) -> No
     assert set(outcomes) <= {"ok", "refused"}, outcomes
     assert outcomes.count("ok") > 0
     assert down_at is not None, f"never scaled back to 1: {timeline.samples[-5:]}"
-    print(f"\nautoscaling: second replica serving {up_at - start:.1f}s after the burst began; "
+    print(f"\nautoscaling: scale-up decided {decided_at - start:.1f}s and second replica "
+          f"serving {up_at - start:.1f}s after the burst began; "
           f"back to 1 replica {down_at - load_end:.1f}s after the load ended; "
           f"{outcomes.count('ok')} completed, {outcomes.count('refused')} refused")

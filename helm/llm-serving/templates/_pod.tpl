@@ -1,0 +1,146 @@
+{{/*
+Ray pod templates. Called with (dict "root" $ "role" "head"|"worker" "group" <values map> "gpus" N).
+KubeRay adds the `ray start` command, /dev/shm, its own labels and the wait-for-GCS init container.
+*/}}
+
+{{- define "llm-serving.modelEnv" -}}
+- name: HF_HOME
+  value: {{ printf "%s/huggingface" .Values.model.cache.mountPath | quote }}
+- name: LLM_SERVING_CACHE
+  value: {{ printf "%s/llm-serving" .Values.model.cache.mountPath | quote }}
+{{- if include "llm-serving.hfTokenSecret" . }}
+# The token is a file, not an env var: huggingface_hub reads HF_TOKEN_PATH.
+- name: HF_TOKEN_PATH
+  value: {{ printf "%s/%s" (include "llm-serving.hfTokenDir" .) .Values.model.hfToken.key | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "llm-serving.hfTokenSecret" -}}
+{{- if .Values.model.hfToken.existingSecret -}}
+{{- .Values.model.hfToken.existingSecret -}}
+{{- else if .Values.model.hfToken.value -}}
+{{- printf "%s-hf-token" (include "llm-serving.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-serving.hfTokenDir" -}}/var/run/secrets/huggingface{{- end -}}
+
+{{/* Volume mounts of Ray and prefetch containers: the model cache, the token when there is one. */}}
+{{- define "llm-serving.modelMounts" -}}
+- {name: model-cache, mountPath: {{ .Values.model.cache.mountPath }}}
+{{- if include "llm-serving.hfTokenSecret" . }}
+- {name: hf-token, mountPath: {{ include "llm-serving.hfTokenDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "llm-serving.modelCacheClaim" -}}
+{{- .Values.model.cache.persistentVolumeClaim.existingClaim | default (printf "%s-model-cache" (include "llm-serving.fullname" .)) -}}
+{{- end -}}
+
+{{/* Health endpoints: GCS on the head's dashboard; the raylet via the dashboard agent on workers. */}}
+{{- define "llm-serving.probes" -}}
+{{- $p := .root.Values.probes -}}
+{{- $live := ternary (dict "path" "/api/gcs_healthz" "port" "dashboard") (dict "path" "/api/local_raylet_healthz" "port" 52365) (eq .role "head") -}}
+{{- $ready := ternary $live (dict "path" "/-/healthz" "port" "serve") (eq .role "head") -}}
+startupProbe:
+  httpGet: {{- toYaml $live | nindent 4 }}
+  {{- toYaml $p.startup | nindent 2 }}
+livenessProbe:
+  httpGet: {{- toYaml $live | nindent 4 }}
+  {{- toYaml $p.liveness | nindent 2 }}
+readinessProbe:
+  httpGet: {{- toYaml $ready | nindent 4 }}
+  {{- toYaml $p.readiness | nindent 2 }}
+{{- end -}}
+
+{{- define "llm-serving.rayPorts" -}}
+{{- $ports := list -}}
+{{- if eq .role "head" -}}
+{{- $ports = list (dict "name" "gcs" "containerPort" 6379) (dict "name" "dashboard" "containerPort" 8265) (dict "name" "client" "containerPort" 10001) -}}
+{{- end -}}
+{{- $serve := dict "name" "serve" "containerPort" (include "llm-serving.httpPort" .root | int) -}}
+{{- toYaml (concat $ports (list $serve (dict "name" "metrics" "containerPort" 8080))) -}}
+{{- end -}}
+
+{{- define "llm-serving.rayResources" -}}
+{{- $res := deepCopy (.group.resources | default dict) -}}
+{{- if .gpus -}}
+{{- $_ := set $res "limits" (merge (dict "nvidia.com/gpu" (.gpus | int)) ($res.limits | default dict)) -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{- define "llm-serving.prefetchContainer" -}}
+{{- $root := .root -}}
+- name: prefetch-model
+  image: {{ include "llm-serving.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  # Idempotent: a cached model (shared PVC, or a restarted pod) is found without downloading.
+  command:
+    - python
+    - -c
+    - "import sys; from serving.models import resolve_model; print(resolve_model(sys.argv[1]))"
+    - {{ include "llm-serving.modelRef" $root | quote }}
+  env: {{- include "llm-serving.modelEnv" $root | nindent 4 }}
+  resources: {{- toYaml $root.Values.model.prefetch.resources | nindent 4 }}
+  securityContext: {{- toYaml $root.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts: {{- include "llm-serving.modelMounts" $root | nindent 4 }}
+{{- end -}}
+
+{{- define "llm-serving.rayPodTemplate" -}}
+{{- $root := .root -}}
+{{- $component := printf "ray-%s" .role -}}
+metadata:
+  labels:
+    {{- include "llm-serving.rayPodSelector" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ $component }}
+    {{- with .group.podLabels }}{{ toYaml . | nindent 4 }}{{ end }}
+  {{- with .group.podAnnotations }}
+  annotations: {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  {{- if ne .role "head" }}
+  # Only the head's autoscaler sidecar talks to the Kubernetes API.
+  automountServiceAccountToken: false
+  {{- end }}
+  securityContext: {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .group.nodeSelector }}
+  nodeSelector: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .group.tolerations }}
+  tolerations: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .group.affinity }}
+  affinity: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if and (ne .role "head") $root.Values.model.prefetch.enabled }}
+  initContainers: {{- include "llm-serving.prefetchContainer" . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: {{ $component }}
+      image: {{ include "llm-serving.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      ports: {{- include "llm-serving.rayPorts" . | nindent 8 }}
+      env:
+        {{- include "llm-serving.rayEnv" $root | nindent 8 }}
+        {{- include "llm-serving.modelEnv" $root | nindent 8 }}
+      resources: {{- include "llm-serving.rayResources" . | nindent 8 }}
+      securityContext: {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
+      {{- include "llm-serving.probes" . | nindent 6 }}
+      volumeMounts: {{- include "llm-serving.modelMounts" $root | nindent 8 }}
+  volumes:
+    - name: model-cache
+      {{- /* The head runs no replicas (num-cpus 0), so it never holds the shared claim. */}}
+      {{- if and (ne .role "head") $root.Values.model.cache.persistentVolumeClaim.enabled }}
+      persistentVolumeClaim: {claimName: {{ include "llm-serving.modelCacheClaim" $root }}}
+      {{- else }}
+      emptyDir: {sizeLimit: {{ $root.Values.model.cache.emptyDirSizeLimit }}}
+      {{- end }}
+    {{- with include "llm-serving.hfTokenSecret" $root }}
+    - name: hf-token
+      secret: {secretName: {{ . }}, defaultMode: 0440}
+    {{- end }}
+{{- end -}}

@@ -1,0 +1,117 @@
+{{/*
+Values validation (Bitnami style): every check adds its message; the install fails once with all
+of them. values.schema.json already rejects wrong types, unknown keys and out-of-range numbers.
+*/}}
+
+{{- define "llm-serving.validateValues" -}}
+{{- $messages := list -}}
+{{- $messages = append $messages (include "llm-serving.validate.model" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.platformRules" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.gpuGroup" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.someWorkers" .) -}}
+{{- range $key := list "gpu" "cpu" -}}
+{{- $messages = append $messages (include "llm-serving.validate.groupBounds" (dict "key" $key "group" (get $.Values.workers $key))) -}}
+{{- end -}}
+{{- $messages = append $messages (include "llm-serving.validate.gpuCapacity" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
+{{- $messages = without $messages "" -}}
+{{- if $messages -}}
+{{- printf "\n\nVALUES VALIDATION:\n- %s" (join "\n- " $messages) | fail -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-serving.validate.model" -}}
+{{- if not (trim (include "llm-serving.modelRef" .)) -}}
+platform.model.ref: no model is set. Set a Hugging Face id (e.g. Qwen/Qwen2.5-0.5B), or `default` / `tiny-qwen2` (built inside the pod).
+{{- end -}}
+{{- end -}}
+
+{{/* PlatformConfig's cross-field rules, which its JSON schema cannot express. */}}
+{{- define "llm-serving.validate.platformRules" -}}
+{{- $problems := list -}}
+{{- $seen := dict -}}
+{{- $table := include "llm-serving.appTable" . | fromYaml -}}
+{{- range $name := list "vllm" "hf" "analysis" -}}
+{{- $app := get $.Values.platform $name | default dict -}}
+{{- $prefix := dig "route_prefix" (index (get $table $name) 1) $app -}}
+{{- if not (hasPrefix "/" $prefix) -}}
+{{- $problems = append $problems (printf "platform.%s.route_prefix: %q must start with '/'." $name $prefix) -}}
+{{- else if hasKey $seen $prefix -}}
+{{- $problems = append $problems (printf "platform.%s.route_prefix: %q is already the prefix of %s; route prefixes must differ." $name $prefix (get $seen $prefix)) -}}
+{{- end -}}
+{{- $_ := set $seen $prefix $name -}}
+{{- with dig "autoscaling" nil $app -}}
+{{- $min := dig "min_replicas" 1 . | int -}}{{- $max := dig "max_replicas" 1 . | int -}}
+{{- if gt $min $max -}}
+{{- $problems = append $problems (printf "platform.%s.autoscaling: min_replicas (%d) must not exceed max_replicas (%d)." $name $min $max) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "\n- " $problems -}}
+{{- end -}}
+
+{{- define "llm-serving.validate.gpuGroup" -}}
+{{- $gpu := .Values.workers.gpu -}}
+{{- if and $gpu.enabled (lt (int $gpu.gpusPerWorker) 1) -}}
+workers.gpu.gpusPerWorker: is {{ int $gpu.gpusPerWorker }}, must be at least 1 (each vLLM replica needs one nvidia.com/gpu). For a CPU-only cluster set workers.gpu.enabled=false and workers.cpu.enabled=true.
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-serving.validate.someWorkers" -}}
+{{- if not (or .Values.workers.gpu.enabled .Values.workers.cpu.enabled) -}}
+workers: no worker group is enabled, and the head runs no Serve replicas. Enable workers.gpu or workers.cpu.
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-serving.validate.groupBounds" -}}
+{{- $g := .group -}}
+{{- if $g.enabled -}}
+{{- $min := int $g.minReplicas -}}{{- $max := int $g.maxReplicas -}}{{- $n := int $g.replicas -}}
+{{- if or (lt $min 0) (lt $n 0) (lt $max 1) -}}
+workers.{{ .key }}: replicas ({{ $n }}) and minReplicas ({{ $min }}) must not be negative, maxReplicas ({{ $max }}) must be at least 1.
+{{- else if or (gt $min $n) (gt $n $max) -}}
+workers.{{ .key }}: need minReplicas <= replicas <= maxReplicas, got {{ $min }} <= {{ $n }} <= {{ $max }}.
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* GPUs the Serve apps may ask for at most: one per replica of every app with accelerator gpu. */}}
+{{- define "llm-serving.gpuDemand" -}}
+{{- $demand := 0 -}}
+{{- range $name := list "vllm" "hf" "analysis" -}}
+{{- $app := get $.Values.platform $name | default dict -}}
+{{- if and (dig "enabled" true $app) (eq (dig "resources" "accelerator" "cpu" $app) "gpu") -}}
+{{- $replicas := dig "num_replicas" 1 $app -}}
+{{- with dig "autoscaling" nil $app -}}{{- $replicas = dig "max_replicas" 1 . -}}{{- end -}}
+{{- $demand = add $demand (int $replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- $demand -}}
+{{- end -}}
+
+{{- define "llm-serving.validate.gpuCapacity" -}}
+{{- $demand := include "llm-serving.gpuDemand" . | int -}}
+{{- $gpu := .Values.workers.gpu -}}
+{{- if and (gt $demand 0) (not $gpu.enabled) -}}
+platform: apps with resources.accelerator=gpu need {{ $demand }} GPU(s), but workers.gpu.enabled=false. Enable the GPU group or set accelerator to cpu.
+{{- else if and $gpu.enabled (ge (int $gpu.gpusPerWorker) 1) -}}
+{{- $capacity := mul (int $gpu.maxReplicas) (int $gpu.gpusPerWorker) -}}
+{{- if gt $demand $capacity -}}
+platform: Serve may run {{ $demand }} GPU replica(s) (max_replicas / num_replicas of apps with accelerator=gpu), but workers.gpu.maxReplicas x gpusPerWorker = {{ $capacity }}: raise workers.gpu.maxReplicas or lower the replicas.
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+KubeRay prerequisite. Only a cluster can answer: the lookup is empty when rendering offline
+(`helm template`, lint), so the check runs on install/upgrade only. kube-root-ca.crt exists in
+every namespace, and reading it needs no cluster-wide rights.
+*/}}
+{{- define "llm-serving.validate.kuberay" -}}
+{{- if .Values.kuberay.checkOperator -}}
+{{- $live := lookup "v1" "ConfigMap" .Release.Namespace "kube-root-ca.crt" -}}
+{{- if and $live (not (.Capabilities.APIVersions.Has "ray.io/v1/RayService")) -}}
+kuberay: this cluster has no KubeRay CRDs (ray.io/v1 RayService). Install the KubeRay operator first (chart kuberay-operator), or set kuberay.checkOperator=false if its CRDs are applied in the same pipeline.
+{{- end -}}
+{{- end -}}
+{{- end -}}

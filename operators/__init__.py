@@ -1,0 +1,5 @@
+"""kopf operator: an `LLMService` custom resource becomes an owned KubeRay `RayService`.
+
+Layers: `spec` (typed resource), `crd` (the CRD, generated), `render` (RayService manifest),
+`status` (RayService status + metrics -> LLMService status), `kube` (API calls), and
+`llmservice` (the kopf handlers, thin over the rest)."""

@@ -1,0 +1,107 @@
+"""The operator's Kubernetes calls for RayServices (kubernetes client, CustomObjectsApi).
+
+Updates are JSON merge patches computed against the live object, so a field removed from the
+LLMService is removed from the RayService too (a plain merge patch would leave it behind)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import kubernetes
+
+RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayservices"
+Applied = Literal["created", "patched", "unchanged"]
+_MISSING = object()
+
+
+class OwnershipError(RuntimeError):
+    """A RayService of that name exists but another object (or nobody) controls it."""
+
+
+def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 patch turning `current` into `desired` (null deletes a key; lists replace)."""
+    patch: dict[str, Any] = {key: None for key in current.keys() - desired.keys()}
+    for key, value in desired.items():
+        old = current.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(old, dict):
+            sub = merge_patch(old, value)
+            if sub:
+                patch[key] = sub
+        elif old != value:
+            patch[key] = value
+    return patch
+
+
+def owner_uids(obj: dict[str, Any]) -> set[str]:
+    return {ref.get("uid") for ref in obj.get("metadata", {}).get("ownerReferences") or []}
+
+
+def update_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """What to send so `current` matches `desired`: the whole spec, our labels and owner; labels
+    and annotations others put on the object are left alone."""
+    patch: dict[str, Any] = {}
+    spec = merge_patch(current.get("spec") or {}, desired["spec"])
+    if spec:
+        patch["spec"] = spec
+    meta, want = current.get("metadata") or {}, desired["metadata"]
+    labels = {k: v for k, v in want.get("labels", {}).items() if (meta.get("labels") or {}).get(k) != v}
+    if labels:
+        patch.setdefault("metadata", {})["labels"] = labels
+    if "ownerReferences" in want and meta.get("ownerReferences") != want["ownerReferences"]:
+        patch.setdefault("metadata", {})["ownerReferences"] = want["ownerReferences"]
+    return patch
+
+
+class RayServices:
+    """Get, create-or-patch and delete RayServices; `api` is injectable for tests."""
+
+    def __init__(self, api: kubernetes.client.CustomObjectsApi | None = None) -> None:
+        self._api = api
+
+    @property
+    def api(self) -> kubernetes.client.CustomObjectsApi:
+        if self._api is None:  # created lazily: kopf's login loads the client's config first
+            self._api = kubernetes.client.CustomObjectsApi()
+        return self._api
+
+    def get(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            return self.api.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name)
+        except kubernetes.client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def apply(self, desired: dict[str, Any], owner_uid: str | None) -> tuple[Applied, dict[str, Any]]:
+        """Create the RayService, or patch it to `desired` when this owner controls it."""
+        name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
+        current = self.get(name, namespace)
+        if current is None:
+            created = self.api.create_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, desired
+            )
+            return "created", created
+        if owner_uid is not None and owner_uid not in owner_uids(current):
+            raise OwnershipError(
+                f"RayService {namespace}/{name} already exists and is not owned by this "
+                "LLMService; rename one of them or delete the RayService"
+            )
+        patch = update_patch(current, desired)
+        if not patch:
+            return "unchanged", current
+        patched = self.api.patch_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch
+        )
+        return "patched", patched
+
+    def delete(self, name: str, namespace: str, owner_uid: str) -> bool:
+        """Delete the RayService if this owner controls it; False when there was nothing to do."""
+        current = self.get(name, namespace)
+        if current is None or owner_uid not in owner_uids(current):
+            return False
+        try:
+            self.api.delete_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name)
+        except kubernetes.client.ApiException as err:
+            if err.status != 404:
+                raise
+        return True

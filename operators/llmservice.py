@@ -1,0 +1,117 @@
+"""kopf handlers for LLMService: `kopf run -m operators.llmservice [--all-namespaces | -n NS]`.
+
+Thin: rendering, status and API calls live in operators.render / .status / .kube. An invalid spec
+is reported (Degraded condition + Warning event) and left alone, never retried into a crash loop;
+the next edit of the resource triggers a new attempt."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import httpx
+import kopf
+
+from operators import kube, render, status
+from operators.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+# How often the status follows the RayService and the metrics (and a deleted RayService returns).
+SYNC_INTERVAL_S = float(os.environ.get("LLM_SERVING_OPERATOR_SYNC_S", "15"))
+METRICS_TIMEOUT_S = 3.0
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fetch_text(url: str) -> str:
+    response = httpx.get(url, timeout=METRICS_TIMEOUT_S)
+    response.raise_for_status()
+    return response.text
+
+
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Progress and diff-base go to annotations: the CRD's status schema is the operator's own.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    # One API client per operator run (kept in kopf's memo, not in a global), built lazily after
+    # kopf's login has configured the kubernetes client.
+    memo.ray_services = kube.RayServices()
+
+
+def _apply(
+    name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, ray_services: kube.RayServices
+) -> None:
+    meta, old = body.get("metadata", {}), body.get("status", {}).get("conditions", [])
+    generation = meta.get("generation")
+    try:
+        spec = parse_spec(dict(body.get("spec") or {}))
+        desired = render.render_rayservice(name, namespace, spec, owner=dict(body))
+        action, current = ray_services.apply(desired, owner_uid=meta.get("uid"))
+    except (SpecError, kube.OwnershipError) as err:
+        reason = "InvalidSpec" if isinstance(err, SpecError) else "RayServiceConflict"
+        patch.status.update(status.rejected_status(reason, str(err), generation, old, now()))
+        kopf.warn(body, reason=reason, message=str(err))
+        return
+    if action != "unchanged":
+        kopf.info(body, reason=f"RayService{action.capitalize()}", message=f"RayService {name} {action}")
+    patch.status.update(
+        status.observed_status(name, namespace, spec, current, None, generation, old, now())
+    )
+
+
+def reconcile(
+    name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """Render the RayService and create or patch it."""
+    _apply(name, namespace, body, patch, memo.ray_services)
+
+
+def delete(
+    name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """Delete the owned RayService now (the garbage collector would too, later, via the owner
+    reference); a RayService this LLMService does not own is left alone."""
+    if memo.ray_services.delete(name, namespace, owner_uid=body["metadata"]["uid"]):
+        logger.info(f"deleted RayService {namespace}/{name}")
+
+
+def follow(
+    name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """Copy the RayService's state and the platform's queue depth into the status; recreate a
+    RayService someone deleted."""
+    try:
+        spec = parse_spec(dict(body.get("spec") or {}))
+    except SpecError:
+        return  # the Degraded condition already says why
+    rayservice = memo.ray_services.get(name, namespace)
+    if rayservice is None:
+        _apply(name, namespace, body, patch, memo.ray_services)
+        return
+    load = status.read_load(status.metrics_url(name, namespace, spec.platform), fetch_text)
+    old = dict(body.get("status") or {})
+    new = status.observed_status(
+        name, namespace, spec, rayservice, load, body["metadata"].get("generation"),
+        old.get("conditions", []), now(),
+    )
+    changes = kube.merge_patch({k: old.get(k) for k in new}, new)
+    if changes:  # an unchanged status is not written: no needless watch events
+        patch.status.update(changes)
+
+
+def register(registry: kopf.OperatorRegistry, sync_interval_s: float = SYNC_INTERVAL_S) -> None:
+    """Attach the handlers to a registry (tests pass their own, with a short interval)."""
+    kopf.on.startup(registry=registry)(configure)
+    # kopf and the kubernetes client share one login: in-cluster service account, else kubeconfig.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    for cause in (kopf.on.resume, kopf.on.create):
+        cause(*RESOURCE, registry=registry)(reconcile)
+    kopf.on.update(*RESOURCE, field="spec", registry=registry)(reconcile)
+    kopf.on.delete(*RESOURCE, registry=registry)(delete)
+    kopf.timer(*RESOURCE, interval=sync_interval_s, registry=registry)(follow)
+
+
+register(kopf.get_default_registry())  # what `kopf run -m operators.llmservice` runs

@@ -1,0 +1,148 @@
+"""The `LLMService` resource, typed: its spec (PlatformConfig + cluster knobs) and its status.
+
+These pydantic models are the one source of the CRD's schema (`operators.crd`) and of the
+operator's validation, so `kubectl apply` and the operator reject the same things."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from serving.config import PlatformConfig, format_validation_error
+
+GROUP = "serving.llm-serving.io"
+VERSION = "v1alpha1"
+KIND = "LLMService"
+PLURAL = "llmservices"
+SINGULAR = "llmservice"
+SHORT_NAMES = ["llmsvc"]
+
+Quantity = int | str  # a Kubernetes resource quantity: 4, "16Gi", "500m"
+
+
+class SpecError(ValueError):
+    """An LLMService spec the operator cannot serve; the message names the field path."""
+
+
+class CamelModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class WorkerBounds(CamelModel):
+    min: int = Field(1, ge=0, description="Worker pods at start and the fewest the autoscaler keeps.")
+    max: int = Field(4, ge=1, description="Most worker pods KubeRay's autoscaler may create.")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> WorkerBounds:
+        if self.min > self.max:
+            raise ValueError(f"workers.min ({self.min}) must not exceed workers.max ({self.max})")
+        return self
+
+
+class ContainerResources(CamelModel):
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="Requests of each worker container, e.g. cpu: 4, memory: 24Gi."
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Limits of each worker container; nvidia.com/gpu is set from gpusPerReplica.",
+    )
+
+
+def gpu_demand(config: PlatformConfig) -> int:
+    """GPUs Serve may ask for at most: one per replica of every enabled app on accelerator gpu."""
+    demand = 0
+    for app in (config.vllm, config.hf):
+        if app.enabled and app.resources.accelerator == "gpu":
+            demand += app.autoscaling.max_replicas if app.autoscaling else app.num_replicas
+    if config.analysis.enabled and config.analysis.resources.accelerator == "gpu":
+        demand += 1
+    return demand
+
+
+class LLMServiceSpec(CamelModel):
+    platform: PlatformConfig = Field(
+        default_factory=PlatformConfig,
+        description="The platform config (serving.config.PlatformConfig): model, engines, "
+        "autoscaling on queue depth, backpressure. Same keys as the chart's `platform` values.",
+    )
+    image: str = Field(
+        description="Image of every Ray container: Ray 2.60 with the llm-serving package installed."
+    )
+    gpus_per_replica: int = Field(
+        1,
+        ge=0,
+        alias="gpusPerReplica",
+        description="GPUs of each worker pod (nvidia.com/gpu). Each vLLM replica takes one GPU, "
+        "so a worker hosts this many replicas; 0 runs CPU-only workers.",
+    )
+    workers: WorkerBounds = Field(
+        default_factory=WorkerBounds, description="Size bounds of the worker group."
+    )
+    resources: ContainerResources | None = Field(
+        None,
+        description="CPU and memory of each worker container; unset: the chart's defaults "
+        "(4 CPUs, 24Gi with GPUs, 16Gi without).",
+    )
+
+    @model_validator(mode="after")
+    def _check_gpu_capacity(self) -> LLMServiceSpec:
+        """The chart's rules (templates/_validate.tpl): GPU apps need GPU workers, and enough."""
+        demand = gpu_demand(self.platform)
+        capacity = self.workers.max * self.gpus_per_replica
+        if demand and not self.gpus_per_replica:
+            raise ValueError(
+                f"apps with resources.accelerator=gpu need {demand} GPU(s) but gpusPerReplica is 0: "
+                "set gpusPerReplica >= 1 or the apps' accelerator to cpu"
+            )
+        if demand > capacity:
+            raise ValueError(
+                f"Serve may run {demand} GPU replica(s) but workers.max x gpusPerReplica = "
+                f"{capacity}: raise workers.max or lower the apps' replicas"
+            )
+        return self
+
+
+def parse_spec(spec: dict | None) -> LLMServiceSpec:
+    """Validate a resource's spec; SpecError carries one readable line per problem."""
+    try:
+        return LLMServiceSpec.model_validate(dict(spec or {}))
+    except ValidationError as err:
+        raise SpecError(format_validation_error(err, "spec")) from None
+
+
+ConditionType = Literal["Ready", "Progressing", "Degraded"]
+
+
+class Condition(CamelModel):
+    type: ConditionType = Field(description="Ready, Progressing or Degraded.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word: why the condition has this status.")
+    message: str = Field("", description="What happened, for a person.")
+    last_transition_time: str = Field(
+        alias="lastTransitionTime",
+        json_schema_extra={"format": "date-time"},
+        description="When status last changed.",
+    )
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", description="metadata.generation this was computed for."
+    )
+
+
+class LLMServiceStatus(CamelModel):
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing, Degraded.")
+    model: str | None = Field(None, description="The model name clients pass as `model`.")
+    observed_replicas: int | None = Field(
+        None, alias="observedReplicas", description="Healthy vLLM replicas (Serve's count)."
+    )
+    queue_depth: float | None = Field(
+        None, alias="queueDepth", description="Requests queued or running across vLLM replicas."
+    )
+    endpoint: str | None = Field(None, description="In-cluster base URL of the OpenAI routes.")
+    ray_service: str | None = Field(
+        None, alias="rayService", description="Name of the owned RayService."
+    )
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", description="metadata.generation last acted on."
+    )

@@ -1,0 +1,184 @@
+"""RayService status + the platform's metrics -> LLMService status. Pure functions; the metrics
+text comes from an injected fetch, so tests feed it any exposition they like."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from operators.spec import Condition, ConditionType, LLMServiceSpec, LLMServiceStatus
+from serving.config import PlatformConfig
+from serving.metrics import QUEUE_DEPTH
+
+VLLM_APP = "vllm"
+# Ray exports application metrics with a `ray_` prefix. The Serve controller (on the head node)
+# publishes cluster-wide numbers: the autoscaler's input (requests queued + running across every
+# replica) and each replica's health, so one scrape of the head answers for the whole service.
+SERVE_TOTAL_REQUESTS = "ray_serve_autoscaling_total_requests"
+SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"
+ENGINE_QUEUE_DEPTH = f"ray_{QUEUE_DEPTH}"  # the engine's own waiting queue, per replica
+# Where the operator scrapes: KubeRay names the head's Service `<rayservice>-head-svc`.
+METRICS_URL_ENV = "LLM_SERVING_OPERATOR_METRICS_URL"
+DEFAULT_METRICS_URL = "http://{name}-head-svc.{namespace}.svc.cluster.local:{port}/metrics"
+FAILED_APP_STATES = {"DEPLOY_FAILED", "UNHEALTHY"}
+
+Fetch = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class PlatformLoad:
+    queue_depth: float | None
+    replicas: int | None
+
+
+def endpoint_url(name: str, namespace: str, config: PlatformConfig) -> str:
+    """In-cluster base URL of the OpenAI routes; KubeRay names the Serve Service `<name>-serve-svc`."""
+    prefix = config.vllm.route_prefix.rstrip("/")
+    return f"http://{name}-serve-svc.{namespace}.svc.cluster.local:{config.http.port}{prefix}/v1"
+
+
+def metrics_url(name: str, namespace: str, config: PlatformConfig) -> str:
+    template = os.environ.get(METRICS_URL_ENV) or DEFAULT_METRICS_URL
+    return template.format(name=name, namespace=namespace, port=config.ray.metrics_export_port)
+
+
+def _sums(text: str, app: str) -> dict[str, float]:
+    """Per metric name, the sum over the samples that belong to `app`."""
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("application", labels.get("engine")) == app:
+                sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return sums
+
+
+def load_from_metrics(text: str, app: str = VLLM_APP) -> PlatformLoad:
+    """Queue depth and healthy replicas of one Serve application from Prometheus text. The queue
+    prefers Serve's autoscaler view (set when autoscaling is on) over the engines' waiting queue."""
+    sums = _sums(text, app)
+    queue = sums.get(SERVE_TOTAL_REQUESTS, sums.get(ENGINE_QUEUE_DEPTH))
+    replicas = sums.get(SERVE_REPLICA_HEALTHY)
+    return PlatformLoad(queue, None if replicas is None else int(replicas))
+
+
+def read_load(url: str, fetch: Fetch) -> PlatformLoad | None:
+    """None when the endpoint cannot be read: the status keeps saying so instead of failing."""
+    try:
+        return load_from_metrics(fetch(url))
+    except Exception:  # noqa: BLE001 - any network or parse failure means "unknown", not a crash
+        return None
+
+
+@dataclass(frozen=True)
+class RayServiceHealth:
+    ready: bool
+    failed: bool
+    upgrading: bool
+    reason: str
+    message: str
+
+
+def _condition(rs_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in rs_status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _failed_apps(rs_status: dict[str, Any]) -> list[str]:
+    apps = (rs_status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
+    return [
+        f"{name}: {app.get('status')}" + (f" ({app['message']})" if app.get("message") else "")
+        for name, app in sorted(apps.items())
+        if app.get("status") in FAILED_APP_STATES
+    ]
+
+
+def rayservice_health(rayservice: dict[str, Any] | None) -> RayServiceHealth:
+    """Reads KubeRay's own verdict: the `Ready` condition (KubeRay >= 1.3) or `serviceStatus`
+    (older), plus per-application Serve statuses for failures."""
+    if rayservice is None:
+        return RayServiceHealth(False, False, False, "RayServiceMissing", "the RayService does not exist")
+    status = rayservice.get("status") or {}
+    failed = _failed_apps(status)
+    if failed:
+        return RayServiceHealth(False, True, False, "ApplicationFailed", "; ".join(failed))
+    ready_cond = _condition(status, "Ready")
+    ready = (ready_cond or {}).get("status") == "True" or status.get("serviceStatus") == "Running"
+    upgrade = _condition(status, "UpgradeInProgress")
+    upgrading = (upgrade or {}).get("status") == "True" or bool(status.get("pendingServiceStatus"))
+    reason = (ready_cond or {}).get("reason") or ("Running" if ready else "RayServiceNotReady")
+    message = (ready_cond or {}).get("message") or (
+        "the RayService serves traffic" if ready else "waiting for the RayService to become ready"
+    )
+    return RayServiceHealth(ready, False, upgrading, reason, message)
+
+
+def _cond(kind: ConditionType, on: bool, reason: str, message: str, now: str, generation: int | None) -> Condition:
+    return Condition(
+        type=kind, status="True" if on else "False", reason=reason, message=message,
+        last_transition_time=now, observed_generation=generation,
+    )
+
+
+def merge_conditions(old: list[dict[str, Any]], new: list[Condition]) -> list[dict[str, Any]]:
+    """Keep a condition's lastTransitionTime while its status does not change."""
+    previous = {c.get("type"): c for c in old or []}
+    merged = []
+    for cond in new:
+        data = cond.model_dump(by_alias=True, exclude_none=True)
+        before = previous.get(cond.type)
+        if before and before.get("status") == cond.status and before.get("lastTransitionTime"):
+            data["lastTransitionTime"] = before["lastTransitionTime"]
+        merged.append(data)
+    return merged
+
+
+def observed_status(
+    name: str,
+    namespace: str,
+    spec: LLMServiceSpec,
+    rayservice: dict[str, Any] | None,
+    load: PlatformLoad | None,
+    generation: int | None,
+    old_conditions: list[dict[str, Any]],
+    now: str,
+) -> dict[str, Any]:
+    """The full status of a valid LLMService from what the cluster and the metrics say now."""
+    health = rayservice_health(rayservice)
+    progressing = not health.failed and (not health.ready or health.upgrading)
+    conditions = [
+        _cond("Ready", health.ready, health.reason, health.message, now, generation),
+        _cond("Progressing", progressing,
+              "Upgrading" if health.upgrading else ("Deploying" if progressing else "Deployed"),
+              "a new RayCluster is being prepared" if health.upgrading else health.message,
+              now, generation),
+        _cond("Degraded", health.failed, health.reason if health.failed else "AsExpected",
+              health.message if health.failed else "", now, generation),
+    ]
+    status = LLMServiceStatus(
+        conditions=[],
+        model=spec.platform.model.name,
+        observed_replicas=load.replicas if load else None,
+        queue_depth=load.queue_depth if load else None,
+        endpoint=endpoint_url(name, namespace, spec.platform),
+        ray_service=name,
+        observed_generation=generation,
+    ).model_dump(by_alias=True)  # None stays: in a merge patch it clears a stale value
+    status["conditions"] = merge_conditions(old_conditions, conditions)
+    return status
+
+
+def rejected_status(
+    reason: str, message: str, generation: int | None, old_conditions: list[dict[str, Any]], now: str
+) -> dict[str, Any]:
+    """A spec the operator cannot act on (invalid, or its RayService name is taken): Degraded with
+    the reason; nothing is deployed or changed for it, a RayService already running stays."""
+    conditions = [
+        _cond("Ready", False, reason, "not deployed; see the Degraded condition", now, generation),
+        _cond("Progressing", False, reason, "waiting for the resource to be fixed", now, generation),
+        _cond("Degraded", True, reason, message, now, generation),
+    ]
+    return {"conditions": merge_conditions(old_conditions, conditions), "observedGeneration": generation}

@@ -1,0 +1,76 @@
+"""`llm-serving render ...`: what the cluster gets, generated from PlatformConfig and the chart."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import yaml
+
+from serving.config import ConfigError, load_config
+from serving.k8s import CHART_DIR, REPO_ROOT, serve_config_v2, values_schema
+
+SCHEMA_FILE = CHART_DIR / "values.schema.json"
+
+
+def schema_text() -> str:
+    return json.dumps(values_schema(), indent=2) + "\n"
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@click.group()
+def render() -> None:
+    """Generate Kubernetes artifacts: serve config, chart values schema, plain manifests."""
+
+
+@render.command("serve-config")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML.")
+def serve_config(config_path: str | None) -> None:
+    """Print the RayService serveConfigV2 (Ray Serve's ServeDeploySchema) for a platform config."""
+    try:
+        document = serve_config_v2(load_config(config_path))
+    except ConfigError as err:
+        fail(str(err))
+    click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
+
+
+@render.command("values-schema")
+@click.option(
+    "--output", "-o", default=str(SCHEMA_FILE), show_default=True,
+    help="Where to write the chart's values.schema.json; '-' prints it.",
+)
+def values_schema_command(output: str) -> None:
+    """Write the chart's values.schema.json (its `platform` part is PlatformConfig's schema)."""
+    text = schema_text()
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    Path(output).write_text(text)
+    click.echo(f"wrote {_shown(Path(output))}")
+
+
+@render.command("manifests")
+def manifests() -> None:
+    """Regenerate k8s/rendered/*.yaml from the chart (for kubectl users)."""
+    from serving.k8s_render import RenderError, write_rendered_manifests
+
+    try:
+        written = write_rendered_manifests()
+    except RenderError as err:
+        fail(str(err))
+    for path in written:
+        click.echo(f"wrote {_shown(path)}")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
