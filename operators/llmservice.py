@@ -36,9 +36,14 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Progress and diff-base go to annotations: the CRD's status schema is the operator's own.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    # On shutdown, give the status timer a moment to leave its sleep instead of orphaning it.
+    settings.background.instant_exit_timeout = 2.0
     # One API client per operator run (kept in kopf's memo, not in a global), built lazily after
     # kopf's login has configured the kubernetes client.
     memo.ray_services = kube.RayServices()
+    # Rendering imports Ray Serve's schema (seconds); pay it at start-up, and fail fast here if
+    # the image cannot render at all, rather than on the first LLMService.
+    render.render_rayservice("warm-up", "default", {"image": "warm-up"})
 
 
 def _apply(
@@ -56,7 +61,9 @@ def _apply(
         kopf.warn(body, reason=reason, message=str(err))
         return
     if action != "unchanged":
-        kopf.info(body, reason=f"RayService{action.capitalize()}", message=f"RayService {name} {action}")
+        kopf.info(
+            body, reason=f"RayService{action.capitalize()}", message=f"RayService {name} {action}"
+        )
     patch.status.update(
         status.observed_status(name, namespace, spec, current, None, generation, old, now())
     )
@@ -91,11 +98,20 @@ def follow(
     if rayservice is None:
         _apply(name, namespace, body, patch, memo.ray_services)
         return
-    load = status.read_load(status.metrics_url(name, namespace, spec.platform), fetch_text)
+    if body["metadata"]["uid"] not in kube.owner_uids(rayservice):
+        return  # another object's RayService: the RayServiceConflict condition stays
+    unknown = status.PlatformLoad(None, None)  # metrics unreachable: say so, keep no stale numbers
+    load = status.read_load(status.metrics_url(name, namespace), fetch_text) or unknown
     old = dict(body.get("status") or {})
     new = status.observed_status(
-        name, namespace, spec, rayservice, load, body["metadata"].get("generation"),
-        old.get("conditions", []), now(),
+        name,
+        namespace,
+        spec,
+        rayservice,
+        load,
+        body["metadata"].get("generation"),
+        old.get("conditions", []),
+        now(),
     )
     changes = kube.merge_patch({k: old.get(k) for k in new}, new)
     if changes:  # an unchanged status is not written: no needless watch events

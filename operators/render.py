@@ -1,49 +1,39 @@
 """LLMService -> KubeRay RayService manifest: pure functions, no API calls.
 
-The RayService must equal what the Helm chart renders for the same platform config and cluster
-knobs (tests/k8s/test_operator_matches_chart.py proves it), so names, ports and layout follow
-helm/llm-serving/templates/rayservice.yaml."""
+The chart (helm/llm-serving/templates/rayservice.yaml, _pod.tpl) is the reference: this module
+renders the same spec for the same platform config and cluster knobs, with the chart's defaults
+(operators.defaults) for the rest; tests/k8s/test_operator_matches_chart.py holds them equal.
+Knobs -> chart values: image -> image.repository:tag, gpusPerReplica -> workers.gpu.gpusPerWorker
+(0 -> the workers.cpu group instead), workers.min/max -> replicas = minReplicas / maxReplicas,
+resources -> the group's resources; the LLMService name plays the release name and fullname."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import yaml
 
+from operators import defaults as d
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, parse_spec
 from serving.config import PlatformConfig, ray_env
+from serving.k8s import serve_config_v2
 
-RAY_VERSION = "2.60.0"  # must match ray[serve] in pyproject.toml and the image
-GPU_RESOURCE = "nvidia.com/gpu"
 MANAGED_BY = "llm-serving-operator"
 INSTANCE_LABEL = f"{GROUP}/llmservice"
-
-
-def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
-    """Serve's config file content (TEMPORARY until serving.k8s.serve_config_v2 lands)."""
-    args = config.model_dump(mode="json")
-    apps = (("vllm", config.vllm), ("hf", config.hf), ("analysis", config.analysis))
-    return {
-        "proxy_location": "EveryNode",
-        "http_options": {"host": "0.0.0.0", "port": config.http.port},
-        "applications": [
-            {"name": n, "route_prefix": d.route_prefix, "import_path": f"serving.app:{n}_app", "args": args}
-            for n, d in apps
-            if d.enabled
-        ],
-    }
+Doc = dict[str, Any]
 
 
 def labels(name: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "llm-serving",
+        "app.kubernetes.io/name": d.CHART_NAME,
         "app.kubernetes.io/instance": name,
         "app.kubernetes.io/managed-by": MANAGED_BY,
         INSTANCE_LABEL: name,
     }
 
 
-def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(owner: Doc) -> Doc:
     """Makes the RayService a dependent of its LLMService: Kubernetes' garbage collector deletes it
     with the owner, and `controller` marks which object reconciles it."""
     meta = owner["metadata"]
@@ -57,104 +47,175 @@ def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def env_list(config: PlatformConfig) -> list[dict[str, str]]:
-    return [{"name": k, "value": v} for k, v in sorted(ray_env(config).items())]
+def api_service_name(name: str) -> str:
+    """The Service KubeRay points at the serving RayCluster (the chart's `<fullname>-api`)."""
+    return f"{name}-api"
 
 
-def head_ports(config: PlatformConfig) -> list[dict[str, Any]]:
-    """KubeRay finds the dashboard, Serve and metrics ports by these names."""
+def model_env() -> list[Doc]:
     return [
-        {"name": "gcs-server", "containerPort": 6379},
-        {"name": "dashboard", "containerPort": config.ray.dashboard_port},
-        {"name": "client", "containerPort": 10001},
-        {"name": "serve", "containerPort": config.http.port},
-        {"name": "metrics", "containerPort": config.ray.metrics_export_port},
+        {"name": "HF_HOME", "value": f"{d.MODEL_CACHE_PATH}/huggingface"},
+        {"name": "LLM_SERVING_CACHE", "value": f"{d.MODEL_CACHE_PATH}/llm-serving"},
     ]
 
 
-def worker_resources(spec: LLMServiceSpec) -> dict[str, Any]:
-    requests = dict(spec.resources.requests)
-    limits = dict(spec.resources.limits)
-    if spec.gpus_per_replica:
-        # Extended resources must be equal in requests and limits; the device plugin reads limits.
-        requests[GPU_RESOURCE] = spec.gpus_per_replica
-        limits[GPU_RESOURCE] = spec.gpus_per_replica
-    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
+def ray_container_env(config: PlatformConfig) -> list[Doc]:
+    return [{"name": k, "value": v} for k, v in ray_env(config).items()] + model_env()
 
 
-def head_group(spec: LLMServiceSpec) -> dict[str, Any]:
-    config = spec.platform
+def model_mounts() -> list[Doc]:
+    return [{"name": "model-cache", "mountPath": d.MODEL_CACHE_PATH}]
+
+
+def ports(config: PlatformConfig, role: str) -> list[Doc]:
+    head = [
+        {"name": "gcs", "containerPort": 6379},
+        {"name": "dashboard", "containerPort": d.DASHBOARD_PORT},
+        {"name": "client", "containerPort": 10001},
+    ]
+    own = [
+        {"name": "serve", "containerPort": config.http.port},
+        {"name": "metrics", "containerPort": d.METRICS_PORT},
+    ]
+    return (head if role == "head" else []) + own
+
+
+def probes(role: str) -> Doc:
+    """Liveness never looks at the model: a replica loading weights never restarts its pod."""
+    if role == "head":
+        live = ready = {"path": "/api/gcs_healthz", "port": "dashboard"}
+    else:
+        live, ready = (
+            {"path": "/api/local_raylet_healthz", "port": 52365},
+            {"path": "/-/healthz", "port": "serve"},
+        )
     return {
-        "rayStartParams": {
-            "num-gpus": "0",  # replicas go to GPU workers, never to the head
-            "metrics-export-port": str(config.ray.metrics_export_port),
-        },
-        "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "ray-head",
-                        "image": spec.image,
-                        "env": env_list(config),
-                        "ports": head_ports(config),
-                    }
-                ]
-            }
-        },
+        "startupProbe": {"httpGet": live, **d.PROBE_TIMINGS["startup"]},
+        "livenessProbe": {"httpGet": live, **d.PROBE_TIMINGS["liveness"]},
+        "readinessProbe": {"httpGet": ready, **d.PROBE_TIMINGS["readiness"]},
     }
 
 
-def worker_group(spec: LLMServiceSpec) -> dict[str, Any]:
-    config = spec.platform
-    pod: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "ray-worker",
-                "image": spec.image,
-                "env": env_list(config),
-                "resources": worker_resources(spec),
-            }
-        ]
-    }
-    if spec.gpus_per_replica:
-        pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+def ray_container(spec: LLMServiceSpec, role: str, resources: Doc) -> Doc:
     return {
-        "groupName": "gpu-workers",
+        "name": f"ray-{role}",
+        "image": spec.image,
+        "imagePullPolicy": d.PULL_POLICY,
+        "ports": ports(spec.platform, role),
+        "env": ray_container_env(spec.platform),
+        "resources": resources,
+        "securityContext": d.CONTAINER_SECURITY_CONTEXT,
+        **probes(role),
+        "volumeMounts": model_mounts(),
+    }
+
+
+def prefetch_container(spec: LLMServiceSpec) -> Doc:
+    """Downloads (or builds) the model before Ray starts on a worker; a cached model is found."""
+    return {
+        "name": "prefetch-model",
+        "image": spec.image,
+        "imagePullPolicy": d.PULL_POLICY,
+        "command": ["python", "-c", d.PREFETCH_SCRIPT, spec.platform.model.ref],
+        "env": model_env(),
+        "resources": d.PREFETCH_RESOURCES,
+        "securityContext": d.CONTAINER_SECURITY_CONTEXT,
+        "volumeMounts": model_mounts(),
+    }
+
+
+def pod_template(
+    name: str, spec: LLMServiceSpec, role: str, resources: Doc, tolerations: list[Doc]
+) -> Doc:
+    pod: Doc = {}
+    if role != "head":
+        pod["automountServiceAccountToken"] = False  # only the head's autoscaler uses the API
+    pod["securityContext"] = d.POD_SECURITY_CONTEXT
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if role != "head":
+        pod["initContainers"] = [prefetch_container(spec)]
+    pod["containers"] = [ray_container(spec, role, resources)]
+    pod["volumes"] = [{"name": "model-cache", "emptyDir": {"sizeLimit": d.MODEL_CACHE_SIZE_LIMIT}}]
+    pod_labels = {
+        "app.kubernetes.io/part-of": d.CHART_NAME,
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": f"ray-{role}",
+    }
+    return {"metadata": {"labels": pod_labels}, "spec": pod}
+
+
+def worker_resources(spec: LLMServiceSpec) -> Doc:
+    kind = "gpu" if spec.gpus_per_replica else "cpu"
+    given = (
+        spec.resources.model_dump(exclude_defaults=True)
+        if spec.resources
+        else d.WORKER_RESOURCES[kind]
+    )
+    resources = {key: dict(value) for key, value in given.items()}
+    if spec.gpus_per_replica:  # the device plugin schedules on the limit; requests follow it
+        resources["limits"] = {**resources.get("limits", {}), d.GPU_RESOURCE: spec.gpus_per_replica}
+    return resources
+
+
+def worker_group(name: str, spec: LLMServiceSpec) -> Doc:
+    kind = "gpu" if spec.gpus_per_replica else "cpu"
+    tolerations = d.GPU_TOLERATIONS if kind == "gpu" else []
+    return {
+        "groupName": d.WORKER_GROUP[kind],
         "replicas": spec.workers.min,
         "minReplicas": spec.workers.min,
         "maxReplicas": spec.workers.max,
-        "rayStartParams": {"metrics-export-port": str(config.ray.metrics_export_port)},
-        "template": {"spec": pod},
+        "rayStartParams": {},
+        "template": pod_template(name, spec, "worker", worker_resources(spec), tolerations),
     }
 
 
-def rayservice_spec(spec: LLMServiceSpec) -> dict[str, Any]:
+def serve_service(name: str, config: PlatformConfig) -> Doc:
     return {
-        "serveConfigV2": yaml.safe_dump(serve_config_v2(spec.platform), sort_keys=False),
+        "metadata": {"name": api_service_name(name), "labels": labels(name)},
+        "spec": {
+            "type": "ClusterIP",
+            "ports": [{"name": "serve", "port": config.http.port, "targetPort": "serve"}],
+        },
+    }
+
+
+def rayservice_spec(name: str, spec: LLMServiceSpec) -> Doc:
+    config = spec.platform
+    return {
+        "serveConfigV2": yaml.safe_dump(serve_config_v2(config), sort_keys=False),
+        "serveService": serve_service(name, config),
         "rayClusterConfig": {
-            "rayVersion": RAY_VERSION,
-            # KubeRay's autoscaler adds a GPU worker when a replica cannot be placed.
+            "rayVersion": d.RAY_VERSION,
+            # KubeRay's autoscaler adds a worker pod when Serve cannot place a replica.
             "enableInTreeAutoscaling": True,
-            "headGroupSpec": head_group(spec),
-            "workerGroupSpecs": [worker_group(spec)],
+            "autoscalerOptions": {
+                **d.AUTOSCALER,
+                "imagePullPolicy": d.PULL_POLICY,
+                "securityContext": d.CONTAINER_SECURITY_CONTEXT,
+            },
+            "headGroupSpec": {
+                "rayStartParams": d.HEAD_RAY_START_PARAMS,
+                "template": pod_template(name, spec, "head", d.HEAD_RESOURCES, []),
+            },
+            "workerGroupSpecs": [worker_group(name, spec)],
         },
     }
 
 
 def render_rayservice(
-    name: str,
-    namespace: str,
-    spec: LLMServiceSpec | dict[str, Any],
-    owner: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    name: str, namespace: str, spec: LLMServiceSpec | Doc, owner: Doc | None = None
+) -> Doc:
     """The RayService an LLMService owns; raises SpecError on an invalid spec."""
     typed = spec if isinstance(spec, LLMServiceSpec) else parse_spec(spec)
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels(name)}
+    metadata: Doc = {"name": name, "namespace": namespace, "labels": labels(name)}
     if owner is not None:
         metadata["ownerReferences"] = [owner_reference(owner)]
-    return {
+    document = {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
         "metadata": metadata,
-        "spec": rayservice_spec(typed),
+        "spec": rayservice_spec(name, typed),
     }
+    return copy.deepcopy(document)  # no dict shared with operators.defaults or another render

@@ -30,7 +30,9 @@ class CamelModel(BaseModel):
 
 
 class WorkerBounds(CamelModel):
-    min: int = Field(1, ge=0, description="Worker pods at start and the fewest the autoscaler keeps.")
+    min: int = Field(
+        1, ge=0, description="Worker pods at start and the fewest the autoscaler keeps."
+    )
     max: int = Field(4, ge=1, description="Most worker pods KubeRay's autoscaler may create.")
 
     @model_validator(mode="after")
@@ -42,7 +44,8 @@ class WorkerBounds(CamelModel):
 
 class ContainerResources(CamelModel):
     requests: dict[str, Quantity] = Field(
-        default_factory=dict, description="Requests of each worker container, e.g. cpu: 4, memory: 24Gi."
+        default_factory=dict,
+        description="Requests of each worker container, e.g. cpu: 4, memory: 24Gi.",
     )
     limits: dict[str, Quantity] = Field(
         default_factory=dict,
@@ -93,8 +96,8 @@ class LLMServiceSpec(CamelModel):
         capacity = self.workers.max * self.gpus_per_replica
         if demand and not self.gpus_per_replica:
             raise ValueError(
-                f"apps with resources.accelerator=gpu need {demand} GPU(s) but gpusPerReplica is 0: "
-                "set gpusPerReplica >= 1 or the apps' accelerator to cpu"
+                f"apps with resources.accelerator=gpu need {demand} GPU(s) but gpusPerReplica is "
+                "0: set gpusPerReplica >= 1 or the apps' accelerator to cpu"
             )
         if demand > capacity:
             raise ValueError(
@@ -131,7 +134,9 @@ class Condition(CamelModel):
 
 
 class LLMServiceStatus(CamelModel):
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing, Degraded.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing, Degraded."
+    )
     model: str | None = Field(None, description="The model name clients pass as `model`.")
     observed_replicas: int | None = Field(
         None, alias="observedReplicas", description="Healthy vLLM replicas (Serve's count)."

@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from operators.defaults import METRICS_PORT
+from operators.render import api_service_name
 from operators.spec import Condition, ConditionType, LLMServiceSpec, LLMServiceStatus
 from serving.config import PlatformConfig
 from serving.metrics import QUEUE_DEPTH
@@ -21,7 +23,8 @@ VLLM_APP = "vllm"
 SERVE_TOTAL_REQUESTS = "ray_serve_autoscaling_total_requests"
 SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"
 ENGINE_QUEUE_DEPTH = f"ray_{QUEUE_DEPTH}"  # the engine's own waiting queue, per replica
-# Where the operator scrapes: KubeRay names the head's Service `<rayservice>-head-svc`.
+# Where the operator scrapes: KubeRay names the head's Service `<rayservice>-head-svc`; it
+# carries the head container's ports, Ray's metrics port among them.
 METRICS_URL_ENV = "LLM_SERVING_OPERATOR_METRICS_URL"
 DEFAULT_METRICS_URL = "http://{name}-head-svc.{namespace}.svc.cluster.local:{port}/metrics"
 FAILED_APP_STATES = {"DEPLOY_FAILED", "UNHEALTHY"}
@@ -36,14 +39,15 @@ class PlatformLoad:
 
 
 def endpoint_url(name: str, namespace: str, config: PlatformConfig) -> str:
-    """In-cluster base URL of the OpenAI routes; KubeRay names the Serve Service `<name>-serve-svc`."""
+    """In-cluster base URL of the OpenAI routes, through the RayService's API Service."""
     prefix = config.vllm.route_prefix.rstrip("/")
-    return f"http://{name}-serve-svc.{namespace}.svc.cluster.local:{config.http.port}{prefix}/v1"
+    host = f"{api_service_name(name)}.{namespace}.svc.cluster.local"
+    return f"http://{host}:{config.http.port}{prefix}/v1"
 
 
-def metrics_url(name: str, namespace: str, config: PlatformConfig) -> str:
+def metrics_url(name: str, namespace: str) -> str:
     template = os.environ.get(METRICS_URL_ENV) or DEFAULT_METRICS_URL
-    return template.format(name=name, namespace=namespace, port=config.ray.metrics_export_port)
+    return template.format(name=name, namespace=namespace, port=METRICS_PORT)
 
 
 def _sums(text: str, app: str) -> dict[str, float]:
@@ -100,7 +104,9 @@ def rayservice_health(rayservice: dict[str, Any] | None) -> RayServiceHealth:
     """Reads KubeRay's own verdict: the `Ready` condition (KubeRay >= 1.3) or `serviceStatus`
     (older), plus per-application Serve statuses for failures."""
     if rayservice is None:
-        return RayServiceHealth(False, False, False, "RayServiceMissing", "the RayService does not exist")
+        return RayServiceHealth(
+            False, False, False, "RayServiceMissing", "the RayService does not exist"
+        )
     status = rayservice.get("status") or {}
     failed = _failed_apps(status)
     if failed:
@@ -116,10 +122,16 @@ def rayservice_health(rayservice: dict[str, Any] | None) -> RayServiceHealth:
     return RayServiceHealth(ready, False, upgrading, reason, message)
 
 
-def _cond(kind: ConditionType, on: bool, reason: str, message: str, now: str, generation: int | None) -> Condition:
+def _cond(
+    kind: ConditionType, on: bool, reason: str, message: str, now: str, generation: int | None
+) -> Condition:
     return Condition(
-        type=kind, status="True" if on else "False", reason=reason, message=message,
-        last_transition_time=now, observed_generation=generation,
+        type=kind,
+        status="True" if on else "False",
+        reason=reason,
+        message=message,
+        last_transition_time=now,
+        observed_generation=generation,
     )
 
 
@@ -146,17 +158,28 @@ def observed_status(
     old_conditions: list[dict[str, Any]],
     now: str,
 ) -> dict[str, Any]:
-    """The full status of a valid LLMService from what the cluster and the metrics say now."""
+    """The status of a valid LLMService from what the cluster and the metrics say now; `load`
+    None means not measured (the replica and queue fields are then left out of the patch)."""
     health = rayservice_health(rayservice)
     progressing = not health.failed and (not health.ready or health.upgrading)
     conditions = [
         _cond("Ready", health.ready, health.reason, health.message, now, generation),
-        _cond("Progressing", progressing,
-              "Upgrading" if health.upgrading else ("Deploying" if progressing else "Deployed"),
-              "a new RayCluster is being prepared" if health.upgrading else health.message,
-              now, generation),
-        _cond("Degraded", health.failed, health.reason if health.failed else "AsExpected",
-              health.message if health.failed else "", now, generation),
+        _cond(
+            "Progressing",
+            progressing,
+            "Upgrading" if health.upgrading else ("Deploying" if progressing else "Deployed"),
+            "a new RayCluster is being prepared" if health.upgrading else health.message,
+            now,
+            generation,
+        ),
+        _cond(
+            "Degraded",
+            health.failed,
+            health.reason if health.failed else "AsExpected",
+            health.message if health.failed else "",
+            now,
+            generation,
+        ),
     ]
     status = LLMServiceStatus(
         conditions=[],
@@ -167,18 +190,29 @@ def observed_status(
         ray_service=name,
         observed_generation=generation,
     ).model_dump(by_alias=True)  # None stays: in a merge patch it clears a stale value
+    if load is None:  # not measured this time (a spec change): leave the last numbers alone
+        del status["observedReplicas"], status["queueDepth"]
     status["conditions"] = merge_conditions(old_conditions, conditions)
     return status
 
 
 def rejected_status(
-    reason: str, message: str, generation: int | None, old_conditions: list[dict[str, Any]], now: str
+    reason: str,
+    message: str,
+    generation: int | None,
+    old_conditions: list[dict[str, Any]],
+    now: str,
 ) -> dict[str, Any]:
     """A spec the operator cannot act on (invalid, or its RayService name is taken): Degraded with
     the reason; nothing is deployed or changed for it, a RayService already running stays."""
     conditions = [
         _cond("Ready", False, reason, "not deployed; see the Degraded condition", now, generation),
-        _cond("Progressing", False, reason, "waiting for the resource to be fixed", now, generation),
+        _cond(
+            "Progressing", False, reason, "waiting for the resource to be fixed", now, generation
+        ),
         _cond("Degraded", True, reason, message, now, generation),
     ]
-    return {"conditions": merge_conditions(old_conditions, conditions), "observedGeneration": generation}
+    return {
+        "conditions": merge_conditions(old_conditions, conditions),
+        "observedGeneration": generation,
+    }

@@ -14,6 +14,7 @@ import click
 
 from serving.analysis.cli import analyze
 from serving.config import ConfigError, PlatformConfig, load_config
+from operators.crd import crd_command
 from serving.k8s_cli import render
 from serving.loadgen.cli import bench
 from serving.models import ModelNotFoundError, resolve_model
@@ -179,6 +180,7 @@ def format_engine(health: dict) -> str:
 main.add_command(analyze)
 main.add_command(bench)
 main.add_command(render)
+render.add_command(crd_command)  # `render crd`: the operator's LLMService CRD
 
 if __name__ == "__main__":
     main()

@@ -90,7 +90,7 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
               show_default=True, help="Seconds one request may take, stream included.")
-@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=0.05,
+@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=0.1,
               show_default=True,
               help="Seconds between reads of the server's running/waiting counts.")
 @bench_errors

@@ -35,7 +35,7 @@ class BenchPlan:
     scenario: str = "sweep"
     rounds: int = 2
     max_duration_s: float = math.inf  # per target and level, split over its rounds
-    stats_interval_s: float = 0.05
+    stats_interval_s: float = 0.1
     slo: dict[str, float] = field(default_factory=dict)
 
 

@@ -38,7 +38,8 @@ def crds_available() -> bool:
 
 @functools.cache
 def crd_validator(kind: str) -> jsonschema.protocols.Validator:
-    crd = yaml.safe_load((CRD_DIR / CRD_FILES[kind]).read_text())
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are ~1 MB each
+    crd = yaml.load((CRD_DIR / CRD_FILES[kind]).read_text(), Loader=loader)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema = closed_schema(version["schema"]["openAPIV3Schema"])
     return jsonschema.Draft7Validator(schema)

@@ -8,16 +8,21 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from tests.k8s.conftest import (
-    EVENTS, LLMSERVICES, NAMESPACE, RAYSERVICES, eventually, llmservice,
+from tests.k8s.llmservice.conftest import (
+    LLMSERVICES,
+    NAMESPACE,
+    RAYSERVICES,
+    eventually,
+    llmservice,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "k8s" / "examples" / "llmservice.yaml"
-BASE = f"/apis/{LLMSERVICES.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/{LLMSERVICES.rsplit('/', 1)[1]}"
+BASE = (
+    f"/apis/{LLMSERVICES.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/{LLMSERVICES.rsplit('/', 1)[1]}"
+)
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
@@ -41,7 +46,7 @@ def condition(body: dict[str, Any] | None, kind: str) -> dict[str, Any]:
 
 def posted_events(k8s: Any) -> list[dict[str, Any]]:
     # Recorded requests, not stored objects: kmock keys objects by name and events use generateName.
-    return [r.data for r in k8s if r.method == "POST" and r.resource == k8s.resource(EVENTS)]
+    return [r.data for r in k8s if r.method == "POST" and r.url.path.endswith("/events")]
 
 
 async def create(k8s: Any, body: dict[str, Any]) -> None:
@@ -62,13 +67,16 @@ async def test_example_creates_an_owned_rayservice(k8s: Any, operator: Any) -> N
     rayservice = await eventually(lambda: obj(k8s, RAYSERVICES, name), what="the RayService")
     owner = rayservice["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
-        "LLMService", name, body["metadata"]["uid"], True
+        "LLMService",
+        name,
+        body["metadata"]["uid"],
+        True,
     )
     workers = rayservice["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     assert workers["maxReplicas"] == body["spec"]["workers"]["max"]
 
-    status = (await eventually(lambda: obj(k8s, LLMSERVICES, name)["status"], what="a status"))
-    assert status["endpoint"].startswith(f"http://{name}-serve-svc.{NAMESPACE}.svc")
+    status = await eventually(lambda: obj(k8s, LLMSERVICES, name)["status"], what="a status")
+    assert status["endpoint"] == f"http://{name}-api.{NAMESPACE}.svc.cluster.local:8000/v1"
     progressing = await eventually(lambda: condition(obj(k8s, LLMSERVICES, name), "Progressing"))
     assert progressing["status"] == "True"
     assert condition(obj(k8s, LLMSERVICES, name), "Ready")["status"] == "False"
@@ -80,12 +88,20 @@ async def test_spec_change_patches_the_rayservice(k8s: Any, operator: Any) -> No
     await create(k8s, body)
     await eventually(lambda: obj(k8s, RAYSERVICES, name), what="the RayService")
 
-    await patch(k8s, name, {"metadata": {"generation": 2}, "spec": {"workers": {"max": 7}, "image": "llm-serving:next"}})
+    await patch(
+        k8s,
+        name,
+        {
+            "metadata": {"generation": 2},
+            "spec": {"workers": {"max": 7}, "image": "llm-serving:next"},
+        },
+    )
 
     def patched() -> bool:
         spec = obj(k8s, RAYSERVICES, name)["spec"]["rayClusterConfig"]
         return spec["workerGroupSpecs"][0]["maxReplicas"] == 7 and (
-            spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == "llm-serving:next"
+            spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+            == "llm-serving:next"
         )
 
     await eventually(patched, what="the patched RayService")
@@ -121,25 +137,37 @@ async def test_invalid_spec_is_degraded_with_a_readable_message(k8s: Any, operat
     assert obj(k8s, RAYSERVICES, name) is None
 
     warning = await eventually(
-        lambda: [e for e in posted_events(k8s) if e["type"] == "Warning" and e["reason"] == "InvalidSpec"]
+        lambda: [
+            e for e in posted_events(k8s) if e["type"] == "Warning" and e["reason"] == "InvalidSpec"
+        ]
     )
     assert "min_replicas must not exceed max_replicas" in warning[0]["message"]
 
     # Fixing the spec recovers without restarting anything: no crash loop, no stuck state.
-    await patch(k8s, name, {"metadata": {"generation": 2}, "spec": {"platform": {"vllm": {"autoscaling": {"min_replicas": 1}}}}})
+    await patch(
+        k8s,
+        name,
+        {
+            "metadata": {"generation": 2},
+            "spec": {"platform": {"vllm": {"autoscaling": {"min_replicas": 1}}}},
+        },
+    )
     await eventually(lambda: obj(k8s, RAYSERVICES, name), what="the RayService after the fix")
-    await eventually(lambda: condition(obj(k8s, LLMSERVICES, name), "Degraded")["status"] == "False")
+    await eventually(
+        lambda: condition(obj(k8s, LLMSERVICES, name), "Degraded")["status"] == "False"
+    )
     assert operator.future.done() is False  # the operator is still running
 
 
 async def test_rayservice_status_and_metrics_reach_the_llmservice(k8s: Any, operator: Any) -> None:
+    healthy = "ray_serve_deployment_replica_healthy"
     metrics = (
-        '# TYPE ray_serve_autoscaling_total_requests gauge\n'
+        "# TYPE ray_serve_autoscaling_total_requests gauge\n"
         'ray_serve_autoscaling_total_requests{application="vllm",deployment="VLLMServer"} 12.0\n'
-        '# TYPE ray_serve_deployment_replica_healthy gauge\n'
-        'ray_serve_deployment_replica_healthy{application="vllm",deployment="VLLMServer",replica="a"} 1.0\n'
-        'ray_serve_deployment_replica_healthy{application="vllm",deployment="VLLMServer",replica="b"} 1.0\n'
-        'ray_serve_deployment_replica_healthy{application="hf",deployment="HFServer",replica="c"} 1.0\n'
+        f"# TYPE {healthy} gauge\n"
+        f'{healthy}{{application="vllm",deployment="VLLMServer",replica="a"}} 1.0\n'
+        f'{healthy}{{application="vllm",deployment="VLLMServer",replica="b"}} 1.0\n'
+        f'{healthy}{{application="hf",deployment="HFServer",replica="c"}} 1.0\n'
     )
     k8s["get /metrics/default/qwen"] << metrics.encode()
     body = llmservice("qwen", copy.deepcopy(example()["spec"]))
@@ -147,10 +175,16 @@ async def test_rayservice_status_and_metrics_reach_the_llmservice(k8s: Any, oper
     await eventually(lambda: obj(k8s, RAYSERVICES, "qwen"), what="the RayService")
 
     # KubeRay reports the service ready (written into the in-memory API as KubeRay would).
-    ready = {"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints", "message": "serving"}
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "NonZeroServeEndpoints",
+        "message": "serving",
+    }
     response = await k8s.patch(
         f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/qwen/status",
-        json={"status": {"conditions": [ready], "serviceStatus": "Running"}}, headers=MERGE,
+        json={"status": {"conditions": [ready], "serviceStatus": "Running"}},
+        headers=MERGE,
     )
     assert response.status == 200
     await eventually(lambda: condition(obj(k8s, LLMSERVICES, "qwen"), "Ready")["status"] == "True")
@@ -158,19 +192,26 @@ async def test_rayservice_status_and_metrics_reach_the_llmservice(k8s: Any, oper
         lambda: (s := obj(k8s, LLMSERVICES, "qwen")["status"]).get("queueDepth") is not None and s
     )
     assert status["queueDepth"] == 12.0 and status["observedReplicas"] == 2
-    for v in k8s.objects[LLMSERVICES, NAMESPACE, "qwen"].history:
-        print("HIST", [(c["type"], c["status"], c["reason"]) for c in (v or {}).get("status", {}).get("conditions", [])], (v or {}).get("status", {}).get("queueDepth"))
     assert condition(obj(k8s, LLMSERVICES, "qwen"), "Progressing")["status"] == "False"
 
     # A Serve application that failed to deploy turns into Degraded with KubeRay's message.
-    failed = {"activeServiceStatus": {"applicationStatuses": {
-        "vllm": {"status": "DEPLOY_FAILED", "message": "no GPU could be placed"}}}}
+    failed = {
+        "activeServiceStatus": {
+            "applicationStatuses": {
+                "vllm": {"status": "DEPLOY_FAILED", "message": "no GPU could be placed"}
+            }
+        }
+    }
     await k8s.patch(
         f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/qwen/status",
-        json={"status": {**failed, "conditions": [{**ready, "status": "False", "reason": "Failed"}]}},
+        json={
+            "status": {**failed, "conditions": [{**ready, "status": "False", "reason": "Failed"}]}
+        },
         headers=MERGE,
     )
     degraded = await eventually(
-        lambda: (c := condition(obj(k8s, LLMSERVICES, "qwen"), "Degraded"))["status"] == "True" and c
+        lambda: (
+            (c := condition(obj(k8s, LLMSERVICES, "qwen"), "Degraded"))["status"] == "True" and c
+        )
     )
     assert "vllm: DEPLOY_FAILED (no GPU could be placed)" in degraded["message"]

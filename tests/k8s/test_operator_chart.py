@@ -1,0 +1,102 @@
+"""The chart's operator toggle ships what k8s/operator/ and k8s/crds/ hold: the generated CRD, RBAC
+limited to llmservices, rayservices and events, and the `kopf run -m operators.llmservice`
+Deployment. Off by default. Rendered from a copy of the chart without values.schema.json, so the
+templates are checked whether or not the values file declares `operator` yet."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+import yaml
+
+from operators import crd
+from serving import k8s_render
+from serving.k8s import CHART_DIR, REPO_ROOT
+from tests.k8s.schemas import document_errors
+
+PLAIN = REPO_ROOT / "k8s" / "operator"
+Doc = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def operator_docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Doc]:
+    chart = tmp_path_factory.mktemp("chart") / "llm-serving"
+    shutil.copytree(CHART_DIR, chart)
+    (chart / "values.schema.json").unlink(missing_ok=True)
+    texts = k8s_render.render_templates(
+        {"operator": {"enabled": True}}, release="llm", chart_dir=chart
+    )
+    found = [
+        doc
+        for name, text in texts.items()
+        if "templates/operator" in name
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    return {doc["kind"]: doc for doc in found}
+
+
+def plain(kind: str) -> Doc:
+    docs = [d for f in sorted(PLAIN.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    (doc,) = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+def test_operator_is_off_by_default() -> None:
+    texts = k8s_render.render_templates({})
+    assert not [n for n, t in texts.items() if "templates/operator" in n and yaml.safe_load(t)]
+
+
+def test_chart_ships_the_generated_crd(operator_docs: dict[str, Doc]) -> None:
+    shipped = operator_docs["CustomResourceDefinition"]
+    assert shipped["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert shipped == crd.crd_manifest() == yaml.safe_load(crd.CRD_PATH.read_text())
+
+
+def test_chart_rbac_is_the_plain_manifests(operator_docs: dict[str, Doc]) -> None:
+    assert operator_docs["ClusterRole"]["rules"] == plain("ClusterRole")["rules"]
+    binding = operator_docs["ClusterRoleBinding"]
+    assert binding["subjects"][0]["name"] == operator_docs["ServiceAccount"]["metadata"]["name"]
+    assert binding["roleRef"]["name"] == operator_docs["ClusterRole"]["metadata"]["name"]
+    resources = {r for rule in plain("ClusterRole")["rules"] for r in rule["resources"]}
+    assert resources == {"llmservices", "llmservices/status", "rayservices", "events"}
+
+
+def test_chart_deployment_runs_the_operator_module(operator_docs: dict[str, Doc]) -> None:
+    ours, theirs = (
+        operator_docs["Deployment"]["spec"]["template"]["spec"],
+        plain("Deployment")["spec"]["template"]["spec"],
+    )
+    (container,), (expected,) = ours["containers"], theirs["containers"]
+    assert container["command"][:4] == ["kopf", "run", "-m", "operators.llmservice"]
+    for key in (
+        "command",
+        "env",
+        "ports",
+        "livenessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+    ):
+        assert container[key] == expected[key], key
+    assert ours["securityContext"] == theirs["securityContext"]
+    assert ours["volumes"] == theirs["volumes"]
+
+
+def test_operator_manifests_validate(operator_docs: dict[str, Doc]) -> None:
+    docs = list(operator_docs.values())
+    docs += [
+        d for f in sorted(PLAIN.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d
+    ]
+    assert [problem for doc in docs for problem in document_errors(doc)] == []
+
+
+def test_example_resource_matches_the_crd() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = crd.crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    example = yaml.safe_load((REPO_ROOT / "k8s" / "examples" / "llmservice.yaml").read_text())
+    # OpenAPI v3 schemas are draft-4 style (boolean exclusiveMinimum); `nullable` and
+    # `x-kubernetes-int-or-string` are extensions jsonschema ignores.
+    jsonschema.Draft4Validator(schema).validate(example)

@@ -1,0 +1,90 @@
+"""The RayService's serveConfigV2 is serving.k8s.serve_config_v2() of the platform values: apps load
+it with PlatformConfig, and every import path it names exists."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from serving.cli import main
+from serving.config import AutoscalingSettings, PlatformConfig, parse_config
+from serving.k8s import serve_config_v2, validate_serve_config
+from tests.k8s.conftest import Rendered, rendered
+
+
+def serve_config_of(case: Rendered) -> dict[str, Any]:
+    return yaml.safe_load(case.one("RayService")["spec"]["serveConfigV2"])
+
+
+def test_rendered_equals_python(case: Rendered) -> None:
+    assert serve_config_of(case) == serve_config_v2(case.platform)
+
+
+def test_rendered_is_valid_for_ray_serve(case: Rendered) -> None:
+    validate_serve_config(serve_config_of(case))
+
+
+def test_args_load_with_platform_config(case: Rendered) -> None:
+    for app in serve_config_of(case)["applications"]:
+        assert parse_config(app["args"], app["name"]) == case.platform
+
+
+def test_import_paths_exist(case: Rendered) -> None:
+    for app in serve_config_of(case)["applications"]:
+        module, _, attr = app["import_path"].partition(":")
+        assert callable(getattr(importlib.import_module(module), attr))
+
+
+def test_default_autoscales_vllm_on_queue_depth() -> None:
+    apps = {app["name"]: app for app in serve_config_of(rendered("default"))["applications"]}
+    assert set(apps) == {"vllm", "hf", "analysis"}
+    assert apps["vllm"]["route_prefix"] == "/"
+    config = PlatformConfig.model_validate(apps["vllm"]["args"])
+    assert isinstance(config.vllm.autoscaling, AutoscalingSettings)
+    assert config.vllm.replica_options()["autoscaling_config"]["target_ongoing_requests"] == 32
+    assert config.vllm.resources.accelerator == "gpu"
+
+
+def test_disabled_apps_are_left_out() -> None:
+    config = PlatformConfig.model_validate({"hf": {"enabled": False}, "analysis": {"enabled": False}})
+    assert [app["name"] for app in serve_config_v2(config)["applications"]] == ["vllm"]
+    assert serve_config_v2(config)["http_options"] == {"host": "0.0.0.0", "port": 8000}
+
+
+def test_cli_prints_serve_config(tmp_path: Path) -> None:
+    config_file = tmp_path / "platform.yaml"
+    config_file.write_text("model: {ref: tiny-qwen2}\nhf: {enabled: false}\n")
+    result = CliRunner().invoke(main, ["render", "serve-config", "--config", str(config_file)])
+    assert result.exit_code == 0, result.output
+    document = yaml.safe_load(result.output)
+    assert [app["name"] for app in document["applications"]] == ["vllm", "analysis"]
+    assert document["applications"][0]["args"] == {"model": {"ref": "tiny-qwen2"}, "hf": {"enabled": False}}
+
+
+@pytest.mark.parametrize("text", ["vllm: {num_replicas: 0}\n", "bogus: 1\n"])
+def test_cli_rejects_a_bad_config(tmp_path: Path, text: str) -> None:
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(text)
+    result = CliRunner().invoke(main, ["render", "serve-config", "--config", str(config_file)])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: invalid config")
+
+
+def test_template_defaults_mirror_platform_config() -> None:
+    """With the keys the templates read removed (null deletes a value), the chart falls back to
+    its own defaults, which must be PlatformConfig's."""
+    from serving import k8s_render
+
+    dropped = {"http": None, "model": {"ref": None}} | {
+        app: {"enabled": None, "route_prefix": None} for app in ("vllm", "hf", "analysis")
+    }
+    values = {"platform": dropped}
+    rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
+    platform = PlatformConfig.model_validate(k8s_render.merged_values(values)["platform"])
+    assert platform.model.ref == "default" and platform.http.port == 8000
+    assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)
