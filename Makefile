@@ -16,9 +16,13 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps serve test test-unit test-integration test-k8s render clean down status
+.PHONY: install install-test system-deps serve test test-unit test-integration test-k8s render clean down status
 
-install: $(STAMP) $(CHECKOV_STAMP) $(HELM_BIN) system-deps
+# What `make serve` needs: the venv with the platform.
+install: $(STAMP)
+
+# What the tests need on top: checkov, a helm CLI, Prometheus and Chromium.
+install-test: install $(CHECKOV_STAMP) $(HELM_BIN) system-deps
 
 # Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback;
 # headless Chromium opens the attention head view and checks it drew the prompt's tokens.
@@ -61,14 +65,14 @@ down:
 status:
 	$(VENV)/bin/llm-serving status
 
-test: install
+test: install-test
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: install
+test-unit: install-test
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 # Chart, manifests, images, skaffold: offline, no cluster (~1 min).
-test-k8s: install
+test-k8s: install-test
 	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
 # Regenerate the chart's values.schema.json and k8s/rendered/ (tests check both are up to date).
@@ -76,7 +80,7 @@ render: install
 	$(VENV)/bin/llm-serving render values-schema
 	$(VENV)/bin/llm-serving render manifests
 
-test-integration: install
+test-integration: install-test
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:

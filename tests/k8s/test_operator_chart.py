@@ -71,15 +71,8 @@ def test_chart_deployment_runs_the_operator_module(operator_docs: dict[str, Doc]
     )
     (container,), (expected,) = ours["containers"], theirs["containers"]
     assert container["command"][:4] == ["kopf", "run", "-m", "operators.llmservice"]
-    for key in (
-        "command",
-        "env",
-        "ports",
-        "livenessProbe",
-        "resources",
-        "securityContext",
-        "volumeMounts",
-    ):
+    same = ("command", "env", "ports", "livenessProbe", "readinessProbe", "resources")
+    for key in (*same, "securityContext", "volumeMounts"):
         assert container[key] == expected[key], key
     assert ours["securityContext"] == theirs["securityContext"]
     assert ours["volumes"] == theirs["volumes"]
