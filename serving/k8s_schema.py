@@ -227,6 +227,9 @@ def chart_values() -> dict[str, Schema]:
                 "head": closed({"enabled": BOOL}),
             }
         ),
+        "operator": closed(
+            {"enabled": BOOL, "syncIntervalSeconds": integer(1), "resources": K8S_OBJECT}
+        ),
     }
 
 
