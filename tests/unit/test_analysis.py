@@ -3,6 +3,8 @@ device, no weights), KV-cache arithmetic, and the tiny Qwen2's attention and lat
 
 from __future__ import annotations
 
+import statistics
+
 from collections.abc import Iterator
 from importlib import resources
 
@@ -162,14 +164,14 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_no_cache_step_cost_grows_with_length(tiny: tuple) -> None:
+def test_no_cache_steps_cost_more_than_cached_steps(tiny: tuple) -> None:
+    # A long context makes re-computation dominate; compared within one run, on medians, so a busy
+    # machine slows both alike. The growth per token is a benchmark figure (`analyze trace`).
     model, tokenizer = tiny
-    prompt, steps = "hello " * 8, 40
-    runs = [generation_trace(model, tokenizer, prompt, steps, "no-cache") for _ in range(3)]
-    # Per-step minimum over runs filters out other processes' noise; the trend comes from the data.
-    fastest = [min(ms) for ms in zip(*(run["latencies_ms"] for run in runs))]
-    context = [runs[0]["prompt_tokens"] + i for i in range(steps)]
-    assert fit_growth(context[1:], fastest[1:])["slope_ms_per_token"] > 0
+    prompt, steps = "hello " * 200, 12
+    no_cache = generation_trace(model, tokenizer, prompt, steps, "no-cache")["latencies_ms"]
+    cached = generation_trace(model, tokenizer, prompt, steps, "kv-cache")["latencies_ms"]
+    assert statistics.median(no_cache[1:]) > statistics.median(cached[1:])
 
 
 def test_kv_cache_trace_matches_no_cache_tokens(tiny: tuple) -> None:

@@ -160,23 +160,19 @@ async def test_timings_only_when_asked(engine: HFEngine, prompt_ids: list[int]) 
     assert len(timings["itl_ms"]) == 4 and all(gap > 0 for gap in timings["itl_ms"])
 
 
-def growth(gaps: list[float]) -> float:
-    """Typical late token gap over typical early gap (medians: robust to a busy machine)."""
-    return statistics.median(gaps[-30:]) / statistics.median(gaps[:30])
-
-
-async def test_no_cache_slows_with_length_while_kv_cache_stays_flat(
+async def test_no_cache_steps_cost_more_than_cached_steps(
     engine: HFEngine, prompt_ids: list[int]
 ) -> None:
-    spec = {"max_tokens": 200, "timings": True}
-    no_cache = await run(engine, prompt_ids, mode="no-cache", **spec)
-    kv_cache = await run(engine, prompt_ids, mode="kv-cache", **spec)
-    # Compared within one run (a shared machine slows both alike): re-feeding the sequence makes
-    # late tokens clearly slower; with the cache they grow far less.
-    no_cache_growth = growth(no_cache.extra["timings"]["itl_ms"])
-    kv_cache_growth = growth(kv_cache.extra["timings"]["itl_ms"])
-    assert no_cache_growth > 1.5, no_cache.extra["timings"]
-    assert no_cache_growth > kv_cache_growth, (no_cache_growth, kv_cache_growth)
+    # Compared within one run, on medians (a busy machine slows both alike): re-feeding the whole
+    # sequence costs more per token than feeding one token with the cache. How the cost grows with
+    # length is a benchmark figure, not a test threshold.
+    long_prompt = (prompt_ids * 40)[:300]
+    spec = {"max_tokens": 24, "timings": True}
+    no_cache = await run(engine, long_prompt, mode="no-cache", **spec)
+    kv_cache = await run(engine, long_prompt, mode="kv-cache", **spec)
+    no_cache_gap = statistics.median(no_cache.extra["timings"]["itl_ms"])
+    kv_cache_gap = statistics.median(kv_cache.extra["timings"]["itl_ms"])
+    assert no_cache_gap > kv_cache_gap, (no_cache_gap, kv_cache_gap)
 
 
 async def test_static_batch_answers_everyone_when_the_longest_ends(
