@@ -16,7 +16,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
 
-.PHONY: install install-test system-deps serve test test-unit test-integration test-k8s render clean down status
+.PHONY: install install-test system-deps serve bench test test-unit test-integration test-k8s render clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
@@ -64,6 +64,10 @@ down:
 
 status:
 	$(VENV)/bin/llm-serving status
+
+# Benchmark the running local platform (`make serve` first): vLLM vs the transformers baseline.
+bench: install
+	$(VENV)/bin/llm-serving bench $(ARGS)
 
 test: install-test
 	$(PY) -m pytest $(PYTEST_ARGS)
