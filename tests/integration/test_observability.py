@@ -13,8 +13,10 @@ from serving import metrics as m
 from tests.integration.conftest import Platform, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
 
-QUEUE = f'ray_{m.QUEUE_DEPTH}{{engine="vllm"}}'
-RUNNING = f'ray_{m.RUNNING}{{engine="vllm"}}'
+# Aggregated: earlier tests' extra apps (and their replicas) carry the same labels, so a bare
+# selector may return several series in any order.
+QUEUE = f'max(ray_{m.QUEUE_DEPTH}{{engine="vllm"}})'
+RUNNING = f'max(ray_{m.RUNNING}{{engine="vllm"}})'
 
 
 def wait_for(prom: Prometheus, expr: str, predicate, timeout_s: float) -> float | None:
@@ -60,7 +62,7 @@ def test_prometheus_sees_the_queue_rise_under_load_and_drain_after(
         assert peak > 0, "queue depth never rose above 0 during the load"
         assert wait_for(prom, QUEUE, lambda v: v == 0, 60) == 0
         assert wait_for(prom, RUNNING, lambda v: v == 0, 60) == 0
-        assert prom.value(f'ray_{m.GENERATION_TOKENS}{{engine="vllm"}}') >= 64 * 400
+        assert prom.value(f'sum(ray_{m.GENERATION_TOKENS}{{engine="vllm"}})') >= 64 * 400
         ttft_count = prom.value(f'sum(ray_{m.TTFT}_count{{engine="vllm"}})')
         assert ttft_count is not None and ttft_count >= 64
         assert prom.value(f'sum(ray_{m.REQUESTS}{{engine="vllm",status="200"}})') >= 64
