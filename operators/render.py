@@ -16,7 +16,7 @@ import yaml
 
 from operators import defaults as d
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, parse_spec
-from serving.config import PlatformConfig, ray_env
+from serving.config import API_KEYS_ENV, PlatformConfig, ray_env
 from serving.k8s import serve_config_v2
 
 MANAGED_BY = "llm-serving-operator"
@@ -63,6 +63,15 @@ def ray_container_env(config: PlatformConfig) -> list[Doc]:
     return [{"name": k, "value": v} for k, v in ray_env(config).items()] + model_env()
 
 
+def api_keys_env(spec: LLMServiceSpec) -> list[Doc]:
+    """The chart's apiKeys.existingSecret: the keys, in the variable the platform config names."""
+    secret = spec.api_key_secret
+    if secret is None:
+        return []
+    name = spec.platform.auth.api_keys_env or API_KEYS_ENV
+    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}]
+
+
 def model_mounts() -> list[Doc]:
     return [{"name": "model-cache", "mountPath": d.MODEL_CACHE_PATH}]
 
@@ -102,7 +111,7 @@ def ray_container(spec: LLMServiceSpec, role: str, resources: Doc) -> Doc:
         "image": spec.image,
         "imagePullPolicy": d.PULL_POLICY,
         "ports": ports(spec.platform, role),
-        "env": ray_container_env(spec.platform),
+        "env": ray_container_env(spec.platform) + api_keys_env(spec),
         "resources": resources,
         "securityContext": d.CONTAINER_SECURITY_CONTEXT,
         **probes(role),

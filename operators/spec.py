@@ -53,6 +53,11 @@ class ContainerResources(CamelModel):
     )
 
 
+class SecretKeyRef(CamelModel):
+    name: str = Field(min_length=1, description="Name of a Secret in the LLMService's namespace.")
+    key: str = Field("api-keys", min_length=1, description="Key inside the Secret.")
+
+
 def gpu_demand(config: PlatformConfig) -> int:
     """GPUs Serve may ask for at most: one per replica of every enabled app on accelerator gpu."""
     demand = 0
@@ -87,6 +92,12 @@ class LLMServiceSpec(CamelModel):
         None,
         description="CPU and memory of each worker container; unset: the chart's defaults "
         "(4 CPUs, 24Gi with GPUs, 16Gi without).",
+    )
+    api_key_secret: SecretKeyRef | None = Field(
+        None,
+        alias="apiKeySecret",
+        description="Secret with the API keys every app accepts (comma-separated); Ray "
+        "containers get them in platform.auth.api_keys_env. Unset: no keys from a Secret.",
     )
 
     @model_validator(mode="after")

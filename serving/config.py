@@ -163,10 +163,22 @@ class ReplicaScaling(StrictModel):
     resources: ReplicaResources = Field(
         default_factory=ReplicaResources, description="Resources of each replica."
     )
+    graceful_shutdown_timeout_s: float = Field(
+        120.0, ge=0, description="A replica stopped by a scale-down or redeploy first finishes "
+        "its in-flight requests (open streams) for up to this long; Serve's default is 20 s, "
+        "shorter than a long generation.",
+    )
+    graceful_shutdown_wait_loop_s: float = Field(
+        1.0, gt=0, description="How often a stopping replica checks whether its requests ended."
+    )
 
     def replica_options(self) -> dict[str, Any]:
-        """Serve deployment options for replica count, concurrency and backpressure."""
-        options: dict[str, Any] = {"max_ongoing_requests": self.max_ongoing_requests}
+        """Serve deployment options for replica count, concurrency, backpressure and drain."""
+        options: dict[str, Any] = {
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "graceful_shutdown_wait_loop_s": self.graceful_shutdown_wait_loop_s,
+        }
         if self.autoscaling is None:
             options["num_replicas"] = self.num_replicas
         else:
@@ -210,6 +222,56 @@ class HFDeploymentConfig(ReplicaScaling):
     max_batch_size: int = Field(8, gt=0, description="static-batch: most requests per batch.")
 
 
+API_KEYS_ENV = "LLM_SERVING_API_KEYS"
+
+
+class AuthConfig(StrictModel):
+    """Bearer API keys. Auth is on when any key is configured (here or in the environment)."""
+
+    # repr=False: a logged or printed config never shows a key.
+    api_keys: list[str] = Field(
+        default_factory=list,
+        repr=False,
+        description="Accepted API keys (clients send `Authorization: Bearer KEY`). Keys written "
+        "here end up in the RayService spec: on Kubernetes prefer api_keys_env from a Secret.",
+    )
+    api_keys_env: str | None = Field(
+        API_KEYS_ENV,
+        description="Environment variable each replica reads more keys from, comma-separated "
+        "(the chart fills it from a Secret); null reads none.",
+    )
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> AuthConfig:
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError("api_keys must not contain empty keys")
+        return self
+
+
+class RequestLimits(StrictModel):
+    """Limits on one request to the OpenAI routes (vLLM and baseline apps); a breach is a 4xx
+    whose message names the field. The body limit applies to the analysis app too."""
+
+    max_body_bytes: int = Field(
+        2 * 1024 * 1024, gt=0, description="Largest request body in bytes (larger: 413)."
+    )
+    max_prompt_tokens: int | None = Field(
+        None, gt=0, description="Longest prompt in tokens (longer: 400); unset = max_model_len."
+    )
+    max_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Most tokens one choice may ask for (`max_tokens`/`max_completion_tokens`; "
+        "more: 400); also caps the default when the request sets none.",
+    )
+    request_timeout_s: float | None = Field(
+        600.0,
+        gt=0,
+        description="Longest a completion may run; then it is aborted: 408, or an error event "
+        "when streaming. Unset = no limit.",
+    )
+
+
 class AnalysisDeploymentConfig(StrictModel):
     enabled: bool = Field(True, description="Serve the analysis application.")
     route_prefix: str = Field("/analysis", description="HTTP prefix of the analysis routes.")
@@ -227,6 +289,9 @@ class AnalysisDeploymentConfig(StrictModel):
     )
     max_ongoing_requests: int = Field(
         4, gt=0, description="Requests one analysis replica accepts at once (each is CPU-heavy)."
+    )
+    auth: AuthConfig | None = Field(
+        None, description="API keys of the analysis app alone; unset = the platform's `auth`."
     )
     resources: ReplicaResources = Field(
         default_factory=ReplicaResources, description="Resources of each replica."
@@ -262,6 +327,12 @@ class PlatformConfig(StrictModel):
     analysis: AnalysisDeploymentConfig = Field(
         default_factory=AnalysisDeploymentConfig, description="The model analysis application."
     )
+    auth: AuthConfig = Field(
+        default_factory=AuthConfig, description="API keys of every app (analysis may have its own)."
+    )
+    limits: RequestLimits = Field(
+        default_factory=RequestLimits, description="Per-request limits of the OpenAI routes."
+    )
 
     @model_validator(mode="after")
     def _check_route_prefixes(self) -> PlatformConfig:
@@ -291,6 +362,9 @@ def ray_env(config: PlatformConfig) -> dict[str, str]:
         "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
         # Metrics reach Prometheus every 2 s instead of Ray's 10 s.
         "RAY_metrics_report_interval_ms": "2000",
+        # A replica killed by SIGKILL (OOM killer, crash) cannot stop vLLM's engine-core child
+        # itself; the raylet, made subreaper, kills the orphan and frees its memory.
+        "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
     }
 
 

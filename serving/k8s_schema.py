@@ -183,6 +183,7 @@ def chart_values() -> dict[str, Schema]:
         "head": closed({"rayStartParams": STRING_MAP, "resources": K8S_OBJECT, **pod_placement()}),
         "workers": closed({"gpu": worker_group(gpu=True), "cpu": worker_group(gpu=False)}),
         "model": model_values(),
+        "apiKeys": closed({"existingSecret": string(), "key": string(minLength=1), "value": string()}),
         "probes": closed({"startup": probe(), "liveness": probe(), "readiness": probe()}),
         "podSecurityContext": K8S_OBJECT,
         "containerSecurityContext": K8S_OBJECT,

@@ -10,6 +10,8 @@ from serving.analysis import AnalysisInputError
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 GIB = 2**30  # memory budgets are GiB: accelerator memory is sized in powers of two
+# Beyond any machine; found by fuzzing: int(memory_gb * GIB) overflows (a 500) near 1e299.
+MAX_MEMORY_GB = 1e9
 
 
 def allowed_dtypes() -> list[str]:
@@ -63,6 +65,10 @@ def kv_cache_report(
     attention (one KV head per query head) and how many tokens fit in `memory_gb` GiB."""
     for value, name in ((tokens, "tokens"), (batch, "batch"), (memory_gb, "memory_gb")):
         require_positive(value, name)
+    if not memory_gb <= MAX_MEMORY_GB:  # `not <=` also refuses inf
+        raise AnalysisInputError(
+            f"memory_gb must be at most {MAX_MEMORY_GB:g}, got {memory_gb:g}", param="memory_gb"
+        )
     name = canonical_dtype(dtype)
     per_token = kv_bytes_per_token(num_layers, num_kv_heads, head_dim, name)
     per_token_mha = kv_bytes_per_token(num_layers, num_query_heads, head_dim, name)

@@ -34,6 +34,7 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        kind: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -41,17 +42,19 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers
+        self.kind = kind  # the OpenAI `type`; None: derived from the status
 
 
 def error_body(
-    message: str, status: int, param: str | None = None, code: str | None = None
+    message: str, status: int, param: str | None = None, code: str | None = None,
+    kind: str | None = None,
 ) -> dict:
-    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    kind = kind or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(err: APIError) -> JSONResponse:
-    body = error_body(err.message, err.status, err.param, err.code)
+    body = error_body(err.message, err.status, err.param, err.code, err.kind)
     return JSONResponse(body, status_code=err.status, headers=err.headers)
 
 

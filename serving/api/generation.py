@@ -14,8 +14,10 @@ from openai.types.chat.chat_completion import Choice as ChatChoice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
+from serving.api import limits as lim
 from serving.api.errors import APIError
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from serving.config import RequestLimits
 from serving.engines.base import Delta, Engine, SamplingSpec
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI legacy completions default
@@ -125,10 +127,14 @@ def sampling_spec(request: SamplingRequest, max_tokens: int, choice: int) -> Sam
 
 def plan_jobs(
     request_id: str, request: SamplingRequest, prompts: list[list[int]], token_limit: int | None,
-    default_max_tokens: int | None, max_model_len: int,
+    default_max_tokens: int | None, max_model_len: int, limits: RequestLimits | None = None,
+    prompt_param: str = "prompt",
 ) -> list[Job]:
+    lim.check_max_tokens(token_limit, limits, "max_tokens")
+    default_max_tokens = lim.default_max_tokens(default_max_tokens, limits)
     jobs = []
     for p, ids in enumerate(prompts):
+        lim.check_prompt_tokens(len(ids), limits, prompt_param)
         max_tokens = resolve_max_tokens(token_limit, default_max_tokens, len(ids), max_model_len)
         for c in range(request.n):
             index = p * request.n + c
@@ -137,22 +143,34 @@ def plan_jobs(
     return jobs
 
 
-def completion_jobs(engine: Engine, request_id: str, request: CompletionRequest) -> list[Job]:
+def completion_jobs(
+    engine: Engine, request_id: str, request: CompletionRequest, limits: RequestLimits | None = None
+) -> list[Job]:
     prompts = [tokenize_prompt(engine, prompt) for prompt in request.prompts()]
     return plan_jobs(
         request_id, request, prompts, request.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS,
-        engine.max_model_len,
+        engine.max_model_len, limits,
     )
 
 
-def chat_jobs(engine: Engine, request_id: str, request: ChatCompletionRequest) -> list[Job]:
+def chat_jobs(
+    engine: Engine, request_id: str, request: ChatCompletionRequest,
+    limits: RequestLimits | None = None,
+) -> list[Job]:
     prompt = chat_prompt_ids(engine, request)
-    return plan_jobs(request_id, request, [prompt], request.token_limit, None, engine.max_model_len)
+    return plan_jobs(
+        request_id, request, [prompt], request.token_limit, None, engine.max_model_len, limits,
+        prompt_param="messages",
+    )
 
 
-async def stream_jobs(engine: Engine, jobs: list[Job]) -> AsyncIterator[tuple[Job, Delta]]:
-    """Run every job concurrently and yield deltas as they come; leaving early cancels the rest
-    (and cancellation aborts each request inside the engine)."""
+async def stream_jobs(
+    engine: Engine, jobs: list[Job], timeout_s: float | None = None
+) -> AsyncIterator[tuple[Job, Delta]]:
+    """Run every job concurrently and yield deltas as they come; leaving early, or running past
+    `timeout_s` (a 408 APIError), cancels the rest (and cancellation aborts each request inside
+    the engine)."""
+    deadline = lim.Deadline.after(timeout_s)
     queue: asyncio.Queue[tuple[Job, Delta | BaseException | None]] = asyncio.Queue()
 
     async def pump(job: Job) -> None:
@@ -169,7 +187,7 @@ async def stream_jobs(engine: Engine, jobs: list[Job]) -> AsyncIterator[tuple[Jo
     remaining = len(jobs)
     try:
         while remaining:
-            job, item = await queue.get()
+            job, item = await deadline.wait(queue.get())
             if item is None:
                 remaining -= 1
             elif isinstance(item, BaseException):

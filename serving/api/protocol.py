@@ -5,11 +5,28 @@ silently ignored. `ignore_eos` and `min_tokens` are vLLM's extensions, passed wi
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Stop = str | Annotated[list[str], Field(max_length=8)] | None
+
+
+def unencodable_path(value: Any, path: str = "") -> str | None:
+    """Where a string that is not valid Unicode (a lone surrogate such as "\\ud800", which JSON
+    allows) sits in a request; tokenizers fail on it with a 500 otherwise."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = unencodable_path(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 class StreamOptions(BaseModel):
@@ -17,7 +34,19 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class SamplingRequest(BaseModel):
+class UnicodeRequest(BaseModel):
+    """A request body whose strings must be valid Unicode (400 naming the field otherwise)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        where = unencodable_path(data)
+        if where:
+            raise ValueError(f"{where}: text must be valid Unicode (no lone surrogates)")
+        return data
+
+
+class SamplingRequest(UnicodeRequest):
     model_config = ConfigDict(extra="forbid")
 
     model: str
@@ -26,7 +55,8 @@ class SamplingRequest(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=16)
     stop: Stop = None
-    seed: int | None = None
+    # int64, as OpenAI documents it: torch and vLLM seed generators overflow beyond it.
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     stream: bool = False
@@ -45,7 +75,8 @@ class SamplingRequest(BaseModel):
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop
+        return [stop for stop in stops if stop]  # "" stops nothing (and vLLM rejects it: a 500)
 
     @property
     def include_usage_in_stream(self) -> bool:

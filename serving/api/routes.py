@@ -15,9 +15,12 @@ from sse_starlette import EventSourceResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api import generation as gen
+from serving.api.auth import KeyRing
 from serving.api.errors import APIError, error_body, install_error_handlers
+from serving.api.limits import install_guards
 from serving.api.observe import observed
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest
+from serving.config import RequestLimits
 from serving.engines.base import Delta, Engine
 from serving.metrics import PlatformMetrics
 
@@ -108,17 +111,21 @@ class StatusCounter:
 
 
 def build_openai_app(
-    engine: Engine, title: str = "llm-serving", metrics: PlatformMetrics | None = None
+    engine: Engine, title: str = "llm-serving", metrics: PlatformMetrics | None = None,
+    limits: RequestLimits | None = None, keys: KeyRing | None = None,
 ) -> FastAPI:
-    """OpenAI routes under /v1 plus /health, all errors in the OpenAI error shape."""
+    """OpenAI routes under /v1 plus /health, all errors in the OpenAI error shape; `keys` (when
+    any) guard every route but /health, `limits` bound each request."""
     app = FastAPI(title=title, version="1")
     install_error_handlers(app)
+    install_guards(app, keys, limits.max_body_bytes if limits else None)
+    timeout_s = limits.request_timeout_s if limits else None
     created = int(time.time())
     if metrics is not None:
         app.add_middleware(StatusCounter, metrics=metrics)
 
     def deltas(jobs: list[gen.Job]) -> AsyncIterator[tuple[gen.Job, Delta]]:
-        return observed(gen.stream_jobs(engine, jobs), jobs, metrics, time.perf_counter())
+        return observed(gen.stream_jobs(engine, jobs, timeout_s), jobs, metrics, time.perf_counter())
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
@@ -137,7 +144,7 @@ def build_openai_app(
         gen.check_model(request, engine)
         gen.check_mode(request, engine)
         request_id = gen.new_request_id("cmpl")
-        jobs = gen.completion_jobs(engine, request_id, request)
+        jobs = gen.completion_jobs(engine, request_id, request, limits)
         if request.stream:
             events = completion_events(deltas(jobs), request_id, request, jobs)
             return sse(stream_errors_as_events(events))
@@ -149,9 +156,10 @@ def build_openai_app(
         gen.check_model(request, engine)
         gen.check_mode(request, engine)
         request_id = gen.new_request_id("chatcmpl")
-        jobs = gen.chat_jobs(engine, request_id, request)
+        jobs = gen.chat_jobs(engine, request_id, request, limits)
         if request.stream:
-            return sse(stream_errors_as_events(chat_events(deltas(jobs), request_id, request, jobs)))
+            events = chat_events(deltas(jobs), request_id, request, jobs)
+            return sse(stream_errors_as_events(events))
         results = await gen.collect(deltas(jobs), jobs)
         return json_response(gen.chat_response(request_id, request.model, jobs, results))
 

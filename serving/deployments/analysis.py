@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from ray import serve
 from ray.serve import Application
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -19,13 +19,16 @@ from serving.analysis.architecture import attention_layers, config_report, modul
 from serving.analysis.attention import attention_report, load_analysis_model
 from serving.analysis.kv_cache import kv_cache_report_for
 from serving.analysis.latency import generation_trace
+from serving.api.auth import KeyRing, key_ring
 from serving.api.errors import APIError, error_response, install_error_handlers
+from serving.api.limits import install_guards
+from serving.api.protocol import UnicodeRequest
 from serving.config import AnalysisDeploymentConfig, PlatformConfig
 from serving.deployments.vllm_server import replica_actor_options
 from serving.models import resolve_model
 
 
-class AttentionRequest(BaseModel):
+class AttentionRequest(UnicodeRequest):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(min_length=1, description="Text whose attention weights are returned.")
@@ -36,7 +39,7 @@ class AttentionRequest(BaseModel):
     )
 
 
-class TraceRequest(BaseModel):
+class TraceRequest(UnicodeRequest):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(min_length=1, description="Prompt to decode greedily from.")
@@ -56,10 +59,14 @@ def build_analysis_api(
     settings: AnalysisDeploymentConfig,
     model_name: str,
     default_tokens: int = 2048,
+    keys: KeyRing | None = None,
+    max_body_bytes: int | None = None,
 ) -> FastAPI:
-    """Routes over one loaded model; `settings` holds the request limits."""
+    """Routes over one loaded model; `settings` holds the request limits, `keys` (when any)
+    guard every route but /health."""
     app = FastAPI(title="llm-serving (analysis)")
     install_error_handlers(app)
+    install_guards(app, keys, max_body_bytes)
     report = config_report(model)  # static: computed once per replica
     model_lock = threading.Lock()  # one forward pass at a time: keeps latency traces honest
 
@@ -131,6 +138,8 @@ class AnalysisServer:
         return build_analysis_api(
             self.model, self.tokenizer, self.config.analysis, self.config.model.name,
             default_tokens=self.config.model.max_model_len,
+            keys=key_ring(self.config.analysis.auth or self.config.auth),
+            max_body_bytes=self.config.limits.max_body_bytes,
         )
 
 

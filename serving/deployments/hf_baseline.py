@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 
+from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig
 from serving.deployments.vllm_server import replica_actor_options
@@ -33,7 +34,8 @@ class HFBaseline:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_openai_app(
-            self.engine, title="llm-serving (transformers baseline)", metrics=self.metrics
+            self.engine, title="llm-serving (transformers baseline)", metrics=self.metrics,
+            limits=self.config.limits, keys=key_ring(self.config.auth),
         )
 
     async def check_health(self) -> None:

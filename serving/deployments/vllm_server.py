@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 
+from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig, ReplicaResources
 from serving.engines.vllm import VLLMEngine, vllm_env
@@ -46,7 +47,10 @@ class VLLMServer:
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_openai_app(self.engine, title="llm-serving (vLLM)", metrics=self.metrics)
+        return build_openai_app(
+            self.engine, title="llm-serving (vLLM)", metrics=self.metrics,
+            limits=self.config.limits, keys=key_ring(self.config.auth),
+        )
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""

@@ -72,6 +72,9 @@ def seeded_generator(seed: int | None, device: torch.device) -> torch.Generator 
     return None if seed is None else torch.Generator(device=device).manual_seed(seed)
 
 
+GREEDY_TEMPERATURE = 1e-5
+
+
 def choose_token(logits: torch.Tensor, row: Row, eos_ids: list[int]) -> int:
     """Next token of one row from its last-position logits (OpenAI sampling semantics)."""
     spec = row.spec
@@ -83,7 +86,9 @@ def choose_token(logits: torch.Tensor, row: Row, eos_ids: list[int]) -> int:
         logits -= spec.frequency_penalty * counts + spec.presence_penalty * (counts > 0)
     if len(row.output_ids) < spec.min_tokens and eos_ids:
         logits[eos_ids] = -float("inf")
-    if spec.temperature == 0:
+    # Greedy below vLLM's _SAMPLING_EPS, as vLLM does: dividing by a tiny temperature
+    # (e.g. 1e-300) overflows the logits to inf and the softmax to NaN.
+    if spec.temperature < GREEDY_TEMPERATURE:
         return int(logits.argmax())
     logits = logits / spec.temperature
     if spec.top_p < 1.0:

@@ -74,6 +74,13 @@ CASES: dict[str, tuple[Doc, Doc]] = {
 }
 
 
+# API keys from a Secret, read from a variable the platform config renames.
+CASES["api-keys-from-a-secret"] = (
+    {**CASES["cpu-only"][0], "auth": {"api_keys_env": "TEAM_KEYS"}},
+    {**CASES["cpu-only"][1], "apiKeySecret": {"name": "team-keys", "key": "keys"}},
+)
+
+
 def platform_of(overrides: Doc) -> Doc:
     """The platform block an install of the chart ends up with: its default platform with the
     overrides merged in (null deletes a key). The LLMService gets this whole block, so neither
@@ -94,12 +101,16 @@ def chart_values(knobs: Doc, overrides: Doc) -> Doc:
     if kind == "gpu":
         group["gpusPerWorker"] = knobs["gpusPerReplica"]
     other = "cpu" if kind == "gpu" else "gpu"
-    return {
+    values = {
         "fullnameOverride": NAME,  # the LLMService's name plays the release's fullname
         "image": {"repository": repository, "tag": tag},
         "platform": overrides,
         "workers": {kind: group, other: {"enabled": False}},
     }
+    if "apiKeySecret" in knobs:
+        secret = knobs["apiKeySecret"]
+        values["apiKeys"] = {"existingSecret": secret["name"], "key": secret["key"]}
+    return values
 
 
 def comparable(spec: Doc) -> Doc:

@@ -107,6 +107,8 @@ applications:
   value: {{ include "llm-serving.pyFloat" $push | quote }}
 - name: RAY_metrics_report_interval_ms
   value: "2000"
+- name: RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper
+  value: "true"
 {{- end -}}
 
 {{/* A float as Python's str() prints it (1 -> "1.0"), so the env equals ray_env()'s. */}}

@@ -23,6 +23,23 @@ KubeRay adds the `ray start` command, /dev/shm, its own labels and the wait-for-
 {{- end -}}
 {{- end -}}
 
+{{/* The API keys' Secret (values apiKeys); empty when no keys come from a Secret. */}}
+{{- define "llm-serving.apiKeysSecret" -}}
+{{- if .Values.apiKeys.existingSecret -}}
+{{- .Values.apiKeys.existingSecret -}}
+{{- else if .Values.apiKeys.value -}}
+{{- printf "%s-api-keys" (include "llm-serving.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Replicas read the keys from the environment variable the platform config names. */}}
+{{- define "llm-serving.apiKeysEnv" -}}
+{{- with include "llm-serving.apiKeysSecret" . -}}
+- name: {{ dig "auth" "api_keys_env" "LLM_SERVING_API_KEYS" $.Values.platform | default "LLM_SERVING_API_KEYS" }}
+  valueFrom: {secretKeyRef: {name: {{ . }}, key: {{ $.Values.apiKeys.key }}}}
+{{- end -}}
+{{- end -}}
+
 {{- define "llm-serving.hfTokenDir" -}}/var/run/secrets/huggingface{{- end -}}
 
 {{/* Volume mounts of Ray and prefetch containers: the model cache, the token when there is one. */}}
@@ -127,6 +144,7 @@ spec:
       env:
         {{- include "llm-serving.rayEnv" $root | nindent 8 }}
         {{- include "llm-serving.modelEnv" $root | nindent 8 }}
+        {{- with include "llm-serving.apiKeysEnv" $root }}{{ . | nindent 8 }}{{ end }}
       resources: {{- include "llm-serving.rayResources" . | nindent 8 }}
       securityContext: {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
       {{- include "llm-serving.probes" . | nindent 6 }}

@@ -1,0 +1,54 @@
+"""schemathesis against each app's OpenAPI document on the running platform (real Serve, vLLM,
+transformers, analysis model): no 5xx, every error in the OpenAI shape, and the replica still
+serves a normal request afterwards. Cases per operation and mode: LLM_SERVING_FUZZ_EXAMPLES."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Platform
+from tests.integration.fuzzing import FuzzReport, fuzz_app
+
+# (app, route prefix, serves the OpenAI routes, cases per operation and generation mode): a few
+# hundred cases per app; analysis cases cost most (a forward pass with attention weights each).
+APPS = [("vllm", "", True, 40), ("hf", "/hf", True, 40), ("analysis", "/analysis", False, 25)]
+OVERRIDE = os.environ.get("LLM_SERVING_FUZZ_EXAMPLES")  # e.g. 200 for a longer run
+
+
+def summary(app: str, report: FuzzReport) -> str:
+    statuses = ", ".join(f"{s}: {n}" for s, n in sorted(report.statuses.items()))
+    return f"fuzz {app}: {report.total} cases ({statuses})"
+
+
+def still_serves(http: httpx.Client, prefix: str, openai_routes: bool, model: str) -> None:
+    if openai_routes:
+        response = http.post(
+            f"{prefix}/v1/completions", json={"model": model, "prompt": "Hello", "max_tokens": 2}
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["usage"]["completion_tokens"] == 2
+    else:
+        response = http.post(f"{prefix}/attention", json={"prompt": "Hello there", "layers": [0]})
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == model
+
+
+@pytest.mark.parametrize(("app", "prefix", "openai_routes", "examples"), APPS, ids=[a[0] for a in APPS])
+def test_fuzzed_app_answers_4xx_in_openai_shape_and_keeps_serving(
+    platform: Platform, http: httpx.Client, app: str, prefix: str, openai_routes: bool,
+    examples: int,
+) -> None:
+    examples = int(OVERRIDE or examples)
+    served = platform.model if openai_routes else None
+    report = fuzz_app(f"{platform.url}{prefix}", examples, served_model=served)
+    print(summary(app, report))
+    problems = "\n".join(f"{problem}\n    {case}" for problem, case in report.problems.items())
+    assert not report.problems, f"{len(report.problems)} problem(s):\n{problems}"
+    assert report.total >= examples * 4  # every POST route got its positive and negative cases
+    assert any(400 <= status < 500 for status in report.statuses)  # bad input did reach the app
+    assert 200 in report.statuses
+    still_serves(http, prefix, openai_routes, platform.model)
+    assert http.get(f"{prefix}/health").status_code == 200
