@@ -82,7 +82,8 @@ def main() -> None:
 @click.option("--model", help="Model reference: HF id, local dir, 'default' or 'tiny-qwen2'.")
 @click.option("--port", type=int, help="HTTP port of the API.")
 @click.option("--detach", is_flag=True, help="Return once every app is healthy; stop with `down`.")
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for health.")
+@click.option("--timeout", default=600.0, show_default=True,
+              help="Seconds to wait for every app to deploy and answer its health check.")
 @one_line_errors
 def up(config_path: str | None, model: str | None, port: int | None, detach: bool, timeout: float) -> None:
     """Start a local Ray head, deploy every app, print the URLs."""
@@ -96,9 +97,9 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
     started = time.monotonic()
     try:
         local.connect()
-        local.deploy(config)
-        ep = local.endpoints(config)
         deadline = time.monotonic() + timeout
+        local.deploy(config, timeout)
+        ep = local.endpoints(config)
         for url in local.health_urls(config):
             local.wait_healthy(url, max(1.0, deadline - time.monotonic()))
         local.save_state(ep)

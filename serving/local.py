@@ -122,7 +122,7 @@ def connect() -> None:
         ray.init(address="auto", namespace=RAY_NAMESPACE, logging_level="ERROR", log_to_driver=False)
 
 
-def deploy(config: PlatformConfig) -> None:
+def deploy(config: PlatformConfig, timeout_s: float = 600.0) -> None:
     from ray import serve
 
     from serving.app import build_apps
@@ -133,9 +133,55 @@ def deploy(config: PlatformConfig) -> None:
         for app in build_apps(config)
     ]
     try:
-        serve.run_many(targets)
+        # Serve's own wait has no deadline and reports a failure without its cause: wait here.
+        serve.run_many(targets, wait_for_applications_running=False)
     except RuntimeError as err:
         raise PlatformError(f"deployment failed: {str(err).splitlines()[0]}") from None
+    wait_deployed([t.name for t in targets], timeout_s)
+
+
+def root_cause(message: str) -> str:
+    """The exception line of a replica's start-up traceback (its last line), shortened."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "no message")[:400]
+
+
+def app_failures(apps: dict) -> list[str]:
+    """`APP/DEPLOYMENT: cause` per deployment of a DEPLOY_FAILED app (`apps`: serve.status())."""
+    failures = []
+    for name, app in apps.items():
+        if str(getattr(app.status, "value", app.status)) != "DEPLOY_FAILED":
+            continue
+        broken = {
+            dname: dep for dname, dep in app.deployments.items()
+            if "FAILED" in str(getattr(dep.status, "value", dep.status))
+        }
+        failures += [f"{name}/{dname}: {root_cause(dep.message)}" for dname, dep in broken.items()]
+        if not broken:
+            failures.append(f"{name}: {root_cause(app.message)}")
+    return failures
+
+
+def wait_deployed(names: list[str], timeout_s: float, poll_s: float = 2.0) -> None:
+    """Until every app is RUNNING; a failed app (Serve gave up restarting its replicas) stops
+    the wait at once with its replicas' error; the deadline bounds a replica that never starts."""
+    from ray import serve
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        apps = {name: app for name, app in serve.status().applications.items() if name in names}
+        failures = app_failures(apps)
+        if failures:
+            raise PlatformError(
+                "a replica failed to start: " + "; ".join(failures)
+                + " (replica logs: /tmp/ray/session_latest/logs/serve/)"
+            )
+        states = {name: str(getattr(app.status, "value", app.status)) for name, app in apps.items()}
+        if len(states) == len(names) and set(states.values()) == {"RUNNING"}:
+            return
+        if time.monotonic() >= deadline:
+            raise PlatformError(f"apps not running after {timeout_s:.0f}s: {states}")
+        time.sleep(poll_s)
 
 
 def wait_healthy(url: str, timeout_s: float) -> None:

@@ -38,10 +38,26 @@ def resolve_model(ref: str, cache_dir: str | None = None) -> Path:
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise ModelNotFoundError(f"model '{ref}': directory has no config.json")
+        check_weight_headers(local, ref)
         return local.resolve()
     if ref.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model '{ref}': no such directory")
     return _download_from_hub(ref)
+
+
+def check_weight_headers(model_dir: Path, ref: str) -> None:
+    """Each safetensors file's header parses (a cheap read, no weights loaded): a truncated or
+    corrupt file fails here in a second, not in every engine replica after minutes of retries."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as err:
+            raise ModelNotFoundError(
+                f"model '{ref}': {path.name} is not a readable safetensors file ({err})"
+            ) from None
 
 
 def _download_from_hub(repo_id: str) -> Path:

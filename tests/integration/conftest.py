@@ -67,6 +67,15 @@ def run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Integration tests without the session platform run first: some start (and stop) their own
+    Ray head, which must happen before the shared one exists (one Ray head per machine)."""
+    slots = [n for n, item in enumerate(items) if "integration" in Path(str(item.fspath)).parts]
+    ordered = sorted((items[n] for n in slots), key=lambda item: "platform" in item.fixturenames)
+    for n, item in zip(slots, ordered):
+        items[n] = item
+
+
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     with FileLock(str(SESSION_LOCK), timeout=3600):

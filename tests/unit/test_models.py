@@ -20,6 +20,13 @@ def test_directory_without_config_is_rejected(tmp_path: Path) -> None:
         resolve_model(str(tmp_path))
 
 
+def test_corrupt_safetensors_is_rejected_before_any_engine_loads_it(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 4096)
+    with pytest.raises(ModelNotFoundError, match="model.safetensors is not a readable safetensors"):
+        resolve_model(str(tmp_path))
+
+
 def test_missing_path_is_rejected() -> None:
     with pytest.raises(ModelNotFoundError, match="no such directory"):
         resolve_model("/nonexistent/model")
