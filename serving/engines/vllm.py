@@ -12,11 +12,22 @@ from typing import Any
 
 from serving.config import PlatformConfig
 from serving.engines.base import Delta, EngineStats, SamplingSpec
+from serving.engines.vllm_startup import (
+    install_phase_log,
+    phase_seconds,
+    read_markers,
+    remove_phase_log,
+)
 
 
 def vllm_env(config: PlatformConfig) -> dict[str, str]:
     """Environment the engine needs before `vllm` is imported (set in the replica)."""
     env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if config.vllm.resources.accelerator == "cpu":
+        # vLLM CPU swaps the "uni" executor for "mp" (a third process that imports torch and vLLM
+        # again) unless this is 0. AsyncLLM keeps its engine core in a child process either way,
+        # so the model then runs inside that process: one process spawn less per replica.
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     threads = config.vllm.engine.cpu_threads
     if config.vllm.resources.accelerator == "cpu" and threads is not None:
         # vLLM CPU binds one OpenMP thread per core and keeps one core back for its scheduler
@@ -41,7 +52,7 @@ def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:
         "kv_cache_memory_bytes": _gib_to_bytes(engine.kv_cache_memory_gb),
         "seed": engine.seed,
         # One replica = one engine on one device: run the model inside the engine-core process,
-        # never as Ray actors nested in the Serve replica (vLLM CPU still adds a worker process).
+        # never as Ray actors nested in the Serve replica (on CPU see vllm_env).
         "distributed_executor_backend": "uni",
         "tensor_parallel_size": 1,
     }
@@ -123,16 +134,25 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         imported = time.perf_counter()
+        phase_log = install_phase_log()  # before the config: it copies vLLM's logging settings
         snapshot = SchedulerSnapshot()
-        # Blocks until the engine core has loaded the weights, sized the KV cache and warmed up.
-        llm = AsyncLLM.from_engine_args(
-            AsyncEngineArgs(**engine_args(config, model_dir)),
-            stat_loggers=[scheduler_stats_logger(snapshot)],
-        )
+        try:
+            vllm_config = AsyncEngineArgs(**engine_args(config, model_dir)).create_engine_config()
+            configured = time.perf_counter()
+            # Blocks until the engine core has loaded the weights, sized the KV cache, warmed up.
+            spawned_at = time.time()
+            llm = AsyncLLM.from_vllm_config(
+                vllm_config, stat_loggers=[scheduler_stats_logger(snapshot)]
+            )
+            marks = {**read_markers(phase_log), "start": spawned_at, "ready": time.time()}
+        finally:
+            remove_phase_log(phase_log)
         engine = cls(llm, config.model.name, config.model.max_model_len, snapshot)
         engine.startup_timings = {
             "import_vllm": round(imported - started, 2),
-            "engine_core": round(time.perf_counter() - imported, 2),
+            "engine_config": round(configured - imported, 2),
+            "engine_core": round(time.perf_counter() - configured, 2),
+            **phase_seconds(marks),
         }
         return engine
 

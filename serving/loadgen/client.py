@@ -58,6 +58,7 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
     latency: float = 0.0
     start_time: float = 0.0
+    retry_after: str = ""  # the Retry-After header of a refusal (503/429)
 
 
 def request_kwargs(opts: RequestOptions, spec: RequestSpec) -> dict[str, Any]:
@@ -134,6 +135,7 @@ async def send_request(
             async with stream:  # closes the connection on a timeout or a broken stream too
                 await _consume(stream, result)
     except openai.APIStatusError as err:
+        result.retry_after = err.response.headers.get("retry-after", "")
         return _fail(result, f"http_{err.status_code}", err)
     except (TimeoutError, openai.APITimeoutError) as err:
         return _fail(result, "timeout", err)

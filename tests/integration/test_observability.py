@@ -4,13 +4,16 @@ rise and drain; the Ray dashboard's API lists the Serve applications."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
 import httpx
 
 from serving import metrics as m
-from tests.integration.conftest import Platform, free_port
+from serving.loadgen.autoscale import ray_auth_headers
+from serving.metrics import dashboard_metric_names
+from tests.integration.conftest import ROOT, Platform, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
 
 # Aggregated: earlier tests' extra apps (and their replicas) carry the same labels, so a bare
@@ -68,8 +71,31 @@ def test_prometheus_sees_the_queue_rise_under_load_and_drain_after(
         assert prom.value(f'sum(ray_{m.REQUESTS}{{engine="vllm",status="200"}})') >= 64
 
 
+def missing_series(prom: Prometheus, names: set[str], timeout_s: float) -> set[str]:
+    """Names Prometheus has not scraped yet, after waiting for them (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    missing = set(names)
+    while missing and time.monotonic() < deadline:
+        missing -= prom.series_names()
+        time.sleep(1)
+    return missing
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_scraped(
+    platform: Platform, tmp_path: Path
+) -> None:
+    dashboard = json.loads((ROOT / "helm/llm-serving/dashboards/llm-serving.json").read_text())
+    names = dashboard_metric_names(dashboard)
+    assert len(names) >= 8, names
+    with running_prometheus(platform.metrics_url, tmp_path, free_port()) as prom:
+        # Counters and histograms exist once something was counted: a little load first.
+        assert asyncio.run(load(platform, requests=4, max_tokens=8)) == [8] * 4
+        assert missing_series(prom, names, 90) == set()
+
+
 def test_ray_dashboard_lists_the_serve_applications(platform: Platform) -> None:
-    body = httpx.get(f"{platform.dashboard_url}/api/serve/applications/", timeout=30).json()
+    body = httpx.get(f"{platform.dashboard_url}/api/serve/applications/", timeout=30,
+                     headers=ray_auth_headers()).json()  # Ray's token auth may be on
     apps = body["applications"]
     assert "vllm" in apps
     assert apps["vllm"]["status"] == "RUNNING"

@@ -1,0 +1,125 @@
+"""Where a vLLM replica's start-up goes. The engine core runs in a child process and logs its
+phases there; vLLM's own logging config (inherited by the child through the environment) gets
+one more handler that copies just those lines, with their timestamps, to a small file the
+replica reads once the engine is up. Phase names follow vLLM 0.32's log messages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+# Message prefix -> the moment it marks (vLLM's wording; a missing marker drops its phases only).
+MARKERS = {
+    "Initializing a V1 LLM engine": "engine_process_up",  # child imported vLLM, EngineCore starts
+    "Starting to load model": "model_load_start",
+    "Loading weights took": "model_loaded",
+    "init engine (profile, create kv cache, warmup model) took": "kv_cache_warmed_up",
+}
+# (phase, from marker, to marker); "start"/"ready" are the replica's own clock around the call.
+PHASES = (
+    ("engine_process_spawn_import", "start", "engine_process_up"),
+    ("engine_device_init", "engine_process_up", "model_load_start"),
+    ("model_load", "model_load_start", "model_loaded"),
+    ("kv_cache_profile_warmup", "model_loaded", "kv_cache_warmed_up"),
+    ("engine_handshake", "kv_cache_warmed_up", "ready"),
+)
+ENV = "VLLM_LOGGING_CONFIG_PATH"
+
+
+class PhaseFileHandler(logging.FileHandler):
+    """Writes `created<TAB>marker` for the start-up messages only (a few lines per replica)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        marker = marker_of(str(record.msg))
+        if marker is not None:
+            self.stream = self.stream or self._open()
+            self.stream.write(f"{record.created}\t{marker}\n")
+            self.flush()
+
+
+def marker_of(message: str) -> str | None:
+    return next((name for prefix, name in MARKERS.items() if message.startswith(prefix)), None)
+
+
+def install_phase_log() -> Path | None:
+    """vLLM's default logging plus the phase handler, for the engine this replica configures next
+    (vLLM's config copies the path; the engine process applies it). None when the user configured
+    vLLM's logging themselves (theirs wins)."""
+    if os.environ.get(ENV):
+        return None
+    from vllm.logger import DEFAULT_LOGGING_CONFIG
+
+    fd, name = tempfile.mkstemp(prefix="vllm-startup-", suffix=".tsv")
+    os.close(fd)
+    config = copy.deepcopy(DEFAULT_LOGGING_CONFIG)
+    config["handlers"]["startup_phases"] = {
+        "class": f"{__name__}.PhaseFileHandler", "filename": name, "level": "INFO", "delay": True,
+    }
+    config["loggers"]["vllm"]["handlers"].append("startup_phases")
+    config_path = Path(name).with_suffix(".json")
+    config_path.write_text(json.dumps(config))
+    os.environ[ENV] = str(config_path)
+    return Path(name)
+
+
+def read_markers(path: Path | None) -> dict[str, float]:
+    """marker -> first time (epoch seconds) it was logged."""
+    marks: dict[str, float] = {}
+    if path is None or not path.exists():
+        return marks
+    for line in path.read_text().splitlines():
+        created, _, marker = line.partition("\t")
+        marks.setdefault(marker, float(created))
+    return marks
+
+
+def phase_seconds(marks: dict[str, float]) -> dict[str, float]:
+    """Seconds per phase whose two ends are known, in start-up order."""
+    return {name: round(marks[end] - marks[begin], 2) for name, begin, end in PHASES
+            if begin in marks and end in marks}
+
+
+def remove_phase_log(path: Path | None) -> None:
+    """Forget the files; the engine process keeps its open handle (nothing more is written)."""
+    if path is not None:
+        os.environ.pop(ENV, None)
+        for file in (path, path.with_suffix(".json")):
+            file.unlink(missing_ok=True)
+
+
+def main() -> None:
+    """`python -m serving.engines.vllm_startup [--config FILE] [--model REF]`: start one engine
+    the way a replica does, outside Ray, and print its start-up phases as JSON."""
+    import argparse
+    import sys
+    import time
+
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--config", help="platform config YAML (default: the built-in defaults)")
+    parser.add_argument("--model", help="model reference overriding the config's")
+    options = parser.parse_args()
+    from serving.config import ConfigError, load_config
+    from serving.engines.vllm import VLLMEngine
+    from serving.models import ModelNotFoundError, resolve_model
+
+    try:
+        config = load_config(options.config)
+        if options.model:
+            config = config.model_copy(update={"model": config.model.model_copy(
+                update={"ref": options.model})})
+        model_dir = resolve_model(config.model.ref, config.model.cache_dir)
+    except (ConfigError, ModelNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    engine = VLLMEngine.start(config, model_dir)
+    timings = {**engine.startup_timings, "total": round(time.perf_counter() - started, 2)}
+    print(json.dumps(timings))
+    engine.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The autoscale run's report: result.json, summary.md and timeline.png (queue depth and replicas
+over time, matplotlib headless like serving/loadgen/plots.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and CI
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from serving.loadgen.autoscale import AutoscalePlan, Run, figures, request_counts
+
+FIGURE_LABELS = {
+    "scale_up_decision_s": "burst start -> scale-up decision (target 2 / replica STARTING)",
+    "second_replica_serving_s": "burst start -> second replica RUNNING",
+    "load_duration_s": "burst start -> last request answered",
+    "scale_down_decision_s": "load end -> Serve's target back to 1",
+    "back_to_one_s": "load end -> one replica left",
+}
+
+
+def build_document(plan: AutoscalePlan, run: Run) -> dict[str, Any]:
+    dep = run.deployment
+    return {
+        "scenario": "autoscale",
+        "target": {"name": plan.target.name, "base_url": plan.target.base_url},
+        "dashboard": plan.dashboard_url,
+        "queue_source": getattr(plan.queue_source, "url", None),
+        "model": plan.opts.model,
+        "application": dep.application,
+        "deployment": dep.name,
+        "autoscaling_config": dep.autoscaling_config,
+        "load": {"concurrency": plan.concurrency, "max_requests": len(plan.specs),
+                 "output_len": plan.specs[0].output_len if plan.specs else None,
+                 "max_load_s": plan.max_load_s, "hold_after_scale_up_s": plan.hold_s},
+        "figures": figures(run.replicas, run.load_end),
+        "requests": request_counts(run.results),
+        "replica_startup_s": run.startup_s,
+        "poll_errors": dict(run.poll_errors),
+        "timeline": {
+            "replicas_columns": ["t", "running", "starting", "stopping", "target"],
+            "replicas": [[round(s.t, 2), s.running, s.starting, s.stopping, s.target]
+                         for s in run.replicas],
+            "queue_columns": ["t", "in_flight", "running", "waiting"],
+            "queue": [[round(s.t, 2), s.in_flight, s.running, s.waiting] for s in run.queue],
+        },
+    }
+
+
+def timeline_markers(fig: dict[str, float | None]) -> list[tuple[float, str]]:
+    """(seconds since the burst started, label) of each event that happened; scale-down figures
+    count from the load's end."""
+    end = fig["load_duration_s"]
+    events = [(fig["scale_up_decision_s"], "scale-up decided"),
+              (fig["second_replica_serving_s"], "2nd replica serving"), (end, "load ended"),
+              (None if end is None or fig["back_to_one_s"] is None else end + fig["back_to_one_s"],
+               "one replica")]
+    return [(at, label) for at, label in events if at is not None]
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def console_summary(document: dict[str, Any]) -> str:
+    fig, req = document["figures"], document["requests"]
+    return (f"autoscale {document['application']}/{document['deployment']}: scale-up decided "
+            f"{_seconds(fig['scale_up_decision_s'])}, second replica serving "
+            f"{_seconds(fig['second_replica_serving_s'])} after the burst began; back to one "
+            f"replica {_seconds(fig['back_to_one_s'])} after the load ended; "
+            f"{req['completed']}/{req['sent']} completed, {req['refused_with_retry_after']} "
+            f"refused with Retry-After, {req['failed']} failed")
+
+
+def summary_markdown(document: dict[str, Any]) -> str:
+    lines = [f"# Autoscale: {document['application']}/{document['deployment']}", "",
+             (f"Target `{document['target']['base_url']}`, model `{document['model']}`, step of "
+              f"{document['load']['concurrency']} requests in flight."), "",
+             "| figure | seconds |", "| --- | --- |"]
+    lines += [f"| {FIGURE_LABELS[k]} | {_seconds(v)} |" for k, v in document["figures"].items()]
+    req = document["requests"]
+    lines += ["", "| requests | count |", "| --- | --- |",
+              *(f"| {k} | {req[k]} |" for k in ("sent", "completed", "refused_with_retry_after",
+                                                 "failed"))]
+    if req["failures"]:
+        lines.append(f"\nFailures by kind: {req['failures']}")
+    for i, startup in enumerate(document["replica_startup_s"], 1):
+        phases = ", ".join(f"{k} {v} s" for k, v in startup.items())
+        lines.append(f"\nReplica {i} start-up: {phases}")
+    lines += ["", "![timeline](timeline.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_timeline(document: dict[str, Any], path: Path) -> Path:
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    queue = document["timeline"]["queue"]
+    if queue:
+        ts, in_flight, running, waiting = zip(*queue)
+        top.step(ts, in_flight, where="post", label="in flight (load generator)")
+        top.step(ts, running, where="post", label="engine running (metrics)")
+        top.step(ts, waiting, where="post", label="engine waiting = queue depth (metrics)")
+    top.set_ylabel("requests")
+    replicas = document["timeline"]["replicas"]
+    if replicas:
+        ts, running, starting, _, target = zip(*replicas)
+        bottom.step(ts, running, where="post", label="RUNNING replicas")
+        bottom.step(ts, [r + s for r, s in zip(running, starting)], where="post", linestyle="--",
+                    label="RUNNING + STARTING")
+        bottom.step(ts, target, where="post", linestyle=":", label="Serve's target")
+    bottom.set_ylabel("replicas")
+    bottom.set_ylim(bottom=0)
+    bottom.yaxis.set_major_locator(MaxNLocator(integer=True))
+    bottom.set_xlabel("seconds since the burst started")
+    for at, label in timeline_markers(document["figures"]):
+        for ax in (top, bottom):
+            ax.axvline(at, color="grey", linewidth=0.8, linestyle="-.")
+        bottom.annotate(label, (at, 0.05), xycoords=("data", "axes fraction"), fontsize=7,
+                        rotation=90)
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"Autoscaling {document['application']}/{document['deployment']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(document: dict[str, Any], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "result.json").write_text(json.dumps(document, indent=2))
+    (out_dir / "summary.md").write_text(summary_markdown(document))
+    plot_timeline(document, out_dir / "timeline.png")
+

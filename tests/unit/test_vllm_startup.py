@@ -1,0 +1,49 @@
+"""The start-up breakdown of a vLLM replica: which log lines mark which moment, and the phase
+maths over those moments (no vLLM needed)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from serving.engines import vllm_startup as startup
+
+
+def test_markers_come_from_vllms_messages() -> None:
+    assert startup.marker_of("Loading weights took %.2f seconds") == "model_loaded"
+    assert startup.marker_of("init engine (profile, create kv cache, warmup model) took %.2f s") == (
+        "kv_cache_warmed_up")
+    assert startup.marker_of("Using max model len 1024") is None
+
+
+def test_the_handler_writes_only_marked_records(tmp_path: Path) -> None:
+    path = tmp_path / "phases.tsv"
+    handler = startup.PhaseFileHandler(str(path), delay=True)
+    log = logging.getLogger("test_vllm_startup")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        log.info("Chunked prefill is enabled")
+        log.info("Starting to load model %s...", "/m")
+        log.info("Loading weights took %.2f seconds", 0.5)
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    marks = startup.read_markers(path)
+    assert list(marks) == ["model_load_start", "model_loaded"]
+    assert marks["model_loaded"] >= marks["model_load_start"] > 0
+
+
+def test_phases_are_the_gaps_between_known_moments() -> None:
+    marks = {"start": 100.0, "engine_process_up": 109.5, "model_load_start": 110.0,
+             "model_loaded": 112.25, "kv_cache_warmed_up": 113.0, "ready": 113.5}
+    assert startup.phase_seconds(marks) == {
+        "engine_process_spawn_import": 9.5, "engine_device_init": 0.5, "model_load": 2.25,
+        "kv_cache_profile_warmup": 0.75, "engine_handshake": 0.5,
+    }
+
+
+def test_a_missing_marker_drops_only_its_phases() -> None:
+    marks = {"start": 100.0, "engine_process_up": 109.5, "ready": 113.5}
+    assert startup.phase_seconds(marks) == {"engine_process_spawn_import": 9.5}
+    assert startup.read_markers(None) == {}
