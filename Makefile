@@ -16,7 +16,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
 
-.PHONY: install install-test system-deps serve bench test test-unit test-integration test-k8s render clean down status
+.PHONY: install install-test system-deps serve bench compare test test-unit test-integration test-k8s render clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
@@ -68,6 +68,28 @@ status:
 # Benchmark the running local platform (`make serve` first): vLLM vs the transformers baseline.
 bench: install
 	$(VENV)/bin/llm-serving bench $(ARGS)
+
+# The whole comparison in one run: start the platform (serving/bench-cpu.yaml), load the vLLM route,
+# the HF baseline, plain vLLM and Ray Serve LLM (same engine arguments) interleaved at each
+# concurrency, then the seed suite; stop everything. Gates are the issue's claims: a miss is
+# reported (exit 3) after every report is written. Reports: $(COMPARE_OUT)/.
+COMPARE_CONFIG ?= serving/bench-cpu.yaml
+COMPARE_OUT ?= bench-results/compare
+COMPARE_LEVELS ?= 1,4,16
+compare: install
+	@set -u; LS=$(VENV)/bin/llm-serving; trap "$$LS down >/dev/null 2>&1" EXIT; \
+	$$LS up --detach --config $(COMPARE_CONFIG) || exit 1; \
+	$$LS bench --target vllm=http://127.0.0.1:8000/v1 --target hf=http://127.0.0.1:8000/hf/v1 \
+	  --peer vllm --peer ray-serve-llm --config $(COMPARE_CONFIG) \
+	  --concurrency $(COMPARE_LEVELS) --requests 16 --input-len 128 --output-len 64 --duration 120 \
+	  --output $(COMPARE_OUT) \
+	  --require 'hf.output_throughput_ratio@c16>=3' \
+	  --require 'vllm-serve.output_throughput_ratio@c16>=0.95' \
+	  --require 'vllm-serve.median_ttft_ms_diff@c1<=10' \
+	  --require 'ray-serve-llm.median_ttft_ms_diff@c1<0'; code=$$?; \
+	$$LS down >/dev/null 2>&1; \
+	$$LS bench --suite seed --config $(COMPARE_CONFIG) --output $(COMPARE_OUT)/seed || code=$$?; \
+	exit $$code
 
 test: install-test
 	$(PY) -m pytest $(PYTEST_ARGS)

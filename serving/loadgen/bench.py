@@ -18,7 +18,7 @@ import click
 from serving.loadgen import metrics, require, workloads
 from serving.loadgen.client import RequestOptions, Target, TargetError, served_models
 from serving.loadgen.compare import BenchOutcome, BenchPlan, run_plan, total_requests
-from serving.loadgen.peers import VLLM_PEER_NAME, vllm_peer
+from serving.loadgen.peers import PEER_NAMES, ray_llm_peer, vllm_peer
 from serving.loadgen.report import console_summary, write_report
 
 TARGET_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -147,9 +147,15 @@ def started_peers(peers: tuple[str, ...], config_path: str | None, model: str,
         yield []
         return
     config = load_config(config_path)
-    click.echo("starting plain vLLM (peer) on loopback ...", err=True)
-    with vllm_peer(config, model, out_dir / "peer-vllm.log") as target:
-        yield [target]
+    with contextlib.ExitStack() as stack:
+        started = []
+        for peer in dict.fromkeys(peers):  # each once, in the order given
+            click.echo(f"starting peer {peer} on loopback ...", err=True)
+            if peer == "vllm":
+                started.append(stack.enter_context(vllm_peer(config, model, out_dir / "peer-vllm.log")))
+            else:
+                started.append(stack.enter_context(ray_llm_peer(config, model)))
+        yield started
 
 
 def run_with_progress(plan: BenchPlan) -> BenchOutcome:
@@ -173,7 +179,7 @@ def run_bench(args: BenchArgs) -> bool:
     levels = build_levels(args)
     slo_ms = metrics.parse_slo(args.slo)
     reqs = [require.parse_requirement(e) for e in require.split_expressions(args.requirements)]
-    names = [t.name for t in targets] + [VLLM_PEER_NAME for _ in args.peers]
+    names = [t.name for t in targets] + [PEER_NAMES[peer] for peer in dict.fromkeys(args.peers)]
     require.validate(reqs, names, [level.label for level in levels])  # fail before minutes of load
     specs = build_requests(args)
     model = asyncio.run(check_targets(targets, args.model))

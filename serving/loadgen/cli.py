@@ -45,17 +45,24 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--target", "target_items", multiple=True, metavar="NAME=URL",
               help="An OpenAI base URL to load, e.g. vllm=http://127.0.0.1:8000/v1 (repeatable; "
               "the first is the subject of every ratio). Default: the local platform.")
-@click.option("--peer", "peers", multiple=True, type=click.Choice(["vllm"]),
-              help="Also start a peer on loopback and compare: vllm = plain vLLM's OpenAI server, "
-              "same model and engine arguments as the platform config.")
+@click.option("--peer", "peers", multiple=True, type=click.Choice(["vllm", "ray-serve-llm"]),
+              help="Also start a peer on loopback and compare (same model and engine arguments as "
+              "--config): vllm = plain vLLM's OpenAI server; ray-serve-llm = Ray Serve's LLM app, "
+              "deployed into the running platform under /ray-llm.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Platform config YAML the peer copies its engine arguments from.")
 @click.option("--model", help="Model name to request; default: the first target's first model.")
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
               show_default=True)
-@click.option("--scenario", type=click.Choice(["sweep", "poisson", "burst"]), default="sweep",
-              show_default=True, help="sweep: closed loop at each concurrency; poisson: gamma "
-              "arrivals at each --rate; burst: --rate for half the requests, then the rest at once.")
+@click.option("--scenario", type=click.Choice(["sweep", "poisson", "burst", "autoscale", "soak"]),
+              default="sweep", show_default=True,
+              help="sweep: closed loop at each concurrency; poisson: gamma "
+              "arrivals at each --rate; burst: --rate for half the requests, then the rest at once; "
+              "autoscale: a step of --concurrency in flight until a second replica serves, then "
+              "the scale-down (one --target; times, timeline.png); soak: a closed loop at the "
+              "largest --concurrency for --duration s while every replica's memory is sampled "
+              "(one --target on the local platform; memory.png; exit 3 on growth or a failed "
+              "request).")
 @click.option("--concurrency", default="1,2,4,8", show_default=True,
               help="sweep: the levels; poisson/burst: the most requests in flight (the largest).")
 @click.option("--requests", "num_requests", type=click.IntRange(min=1), default=32, show_default=True,
@@ -93,10 +100,45 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--stats-interval", type=click.FloatRange(min=0.005), default=0.1,
               show_default=True,
               help="Seconds between reads of the server's running/waiting counts.")
+@click.option("--dashboard", metavar="URL",
+              help="autoscale, soak: the Ray dashboard whose REST API lists the target's replicas "
+              "(default: the local platform's; soak: on this machine).")
+@click.option("--max-growth-mb", type=click.FloatRange(min=0), default=200.0, show_default=True,
+              help="soak: most a replica's memory may grow from the end of warm-up to the end.")
+@click.option("--warmup", type=click.FloatRange(min=0), default=None,
+              help="soak: seconds before memory is compared (default: a quarter, at most 120).")
+@click.option("--suite", type=click.Choice(["seed"]),
+              help="Run a suite instead of loading targets: seed = the study's experiments "
+              "in-process on --config's model (generate() vs vLLM, KV cache, batching, waste; "
+              "--output-len new tokens, --repeats; seed.md, seed.png).")
+@click.option("--batch-sizes", default="4,32,64", show_default=True,
+              help="seed suite: the batch sizes of the efficiency experiment.")
+@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="seed suite: timed runs per figure (the median is reported).")
 @bench_errors
 def bench(**options: Any) -> None:
     """Benchmark OpenAI-compatible targets side by side (vLLM `bench serve` metrics)."""
     from serving.loadgen.bench import BenchArgs, run_bench
 
+    suite_options = {k: options.pop(k) for k in ("suite", "batch_sizes", "repeats")}
+    if suite_options["suite"] == "seed":
+        from serving.loadgen.seed_report import run_seed_command
+
+        run_seed_command(options, suite_options["batch_sizes"], suite_options["repeats"])
+        return
+    dashboard = options.pop("dashboard")
+    soak_options = {"max_growth_mb": options.pop("max_growth_mb"),
+                    "warmup_s": options.pop("warmup")}
+    if options["scenario"] == "soak":
+        from serving.loadgen.soak import run_soak
+
+        if not run_soak(BenchArgs(**options), dashboard=dashboard, **soak_options):
+            sys.exit(EXIT_REQUIRE)
+        return
+    if options["scenario"] == "autoscale":
+        from serving.loadgen.autoscale import run_command
+
+        run_command(BenchArgs(**options), dashboard)
+        return
     if not run_bench(BenchArgs(**options)):
         sys.exit(EXIT_REQUIRE)

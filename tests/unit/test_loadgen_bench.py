@@ -18,7 +18,9 @@ from fastapi import FastAPI
 
 from serving.api.routes import build_openai_app
 from serving.cli import main
+from serving.config import parse_config
 from serving.engines.base import Delta, SamplingSpec
+from serving.loadgen import peers
 from tests.unit.fake_engine import FakeEngine
 
 
@@ -172,3 +174,38 @@ def test_unreachable_and_non_openai_targets(server: str) -> None:
 def test_bad_target_syntax() -> None:
     run = bench("--target", "no-equals-sign")
     assert run.exit_code == 2 and "NAME=http" in run.stderr
+
+
+def test_peer_engine_arguments_become_vllm_flags() -> None:
+    flags = peers.engine_cli_args(
+        {"dtype": "float32", "enforce_eager": True, "seed": None, "trust_remote_code": False,
+         "served_model_name": ["a", "b"], "max_num_seqs": 8}
+    )
+    assert flags == ["--dtype", "float32", "--enforce-eager", "--served-model-name", "a", "b",
+                     "--max-num-seqs", "8"]
+
+
+def test_ray_serve_llm_peer_gets_the_platform_engine_arguments(tmp_path: Path) -> None:
+    config = parse_config({"model": {"dtype": "float32", "max_model_len": 512},
+                           "vllm": {"max_ongoing_requests": 48, "engine": {"max_num_seqs": 8}}})
+    fields = peers.ray_llm_config(config, tmp_path, "default")
+    assert fields["model_loading_config"] == {"model_id": "default", "model_source": str(tmp_path)}
+    kwargs = fields["engine_kwargs"]
+    assert (kwargs["dtype"], kwargs["max_model_len"], kwargs["max_num_seqs"]) == ("float32", 512, 8)
+    assert not {"model", "served_model_name", "distributed_executor_backend"} & set(kwargs)
+    assert fields["placement_group_config"] == {"bundles": [{"CPU": 1}]}
+    assert fields["deployment_config"] == {"max_ongoing_requests": 48}
+
+
+def test_platform_origin_drops_the_route() -> None:
+    assert peers.platform_origin("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000"
+    assert peers.platform_origin("http://127.0.0.1:9/x/v1") == "http://127.0.0.1:9"
+
+
+def test_ray_serve_llm_peer_needs_a_running_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    import serving.local
+
+    monkeypatch.setattr(serving.local, "load_state", lambda: None)
+    with pytest.raises(peers.PeerError, match="llm-serving up"):
+        with peers.ray_llm_peer(parse_config({}), "default"):
+            pass
