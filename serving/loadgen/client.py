@@ -111,8 +111,13 @@ async def _consume(stream: Any, result: RequestResult) -> None:
         last = now
         chunks += 1
     result.latency = time.perf_counter() - result.start_time
-    result.output_tokens = result.output_tokens or chunks  # servers without usage in streams
-    result.success = chunks > 0
+    usage_tokens = result.output_tokens
+    result.output_tokens = usage_tokens or chunks  # servers without usage in streams
+    # Tokens that detokenize to nothing (special tokens) are still work done: a stream whose usage
+    # counts tokens succeeded even without text; its first token is only seen at the end.
+    result.success = chunks > 0 or usage_tokens > 0
+    if chunks == 0 and result.success:
+        result.ttft = result.latency
     if not result.success:
         result.status, result.error = "empty", "the stream carried no text"
 

@@ -209,3 +209,38 @@ def test_ray_serve_llm_peer_needs_a_running_platform(monkeypatch: pytest.MonkeyP
     with pytest.raises(peers.PeerError, match="llm-serving up"):
         with peers.ray_llm_peer(parse_config({}), "default"):
             pass
+
+
+def completion_chunks(texts: list[str], completion_tokens: int) -> list[object]:
+    from openai.types import Completion, CompletionChoice, CompletionUsage
+
+    chunks: list[object] = [
+        Completion(id="c", object="text_completion", created=0, model="m",
+                   choices=[CompletionChoice(index=0, text=t, finish_reason="length")])
+        for t in texts
+    ]
+    chunks.append(Completion(id="c", object="text_completion", created=0, model="m", choices=[],
+                             usage=CompletionUsage(prompt_tokens=3, completion_tokens=completion_tokens,
+                                                   total_tokens=3 + completion_tokens)))
+    return chunks
+
+
+async def replay(chunks: list[object]) -> AsyncIterator[object]:
+    for chunk in chunks:
+        yield chunk
+
+
+@pytest.mark.parametrize(("texts", "tokens", "success", "status"), [
+    (["a", "b"], 2, True, "ok"),
+    (["", ""], 2, True, "ok"),  # special tokens only: work done, no text
+    ([], 0, False, "empty"),
+])
+async def test_a_stream_succeeds_when_it_carried_text_or_counted_tokens(
+    texts: list[str], tokens: int, success: bool, status: str
+) -> None:
+    from serving.loadgen.client import RequestResult, _consume
+
+    result = RequestResult(start_time=time.perf_counter())
+    await _consume(replay(completion_chunks(texts, tokens)), result)
+    assert (result.success, result.status, result.output_tokens) == (success, status, tokens)
+    assert result.ttft <= result.latency
