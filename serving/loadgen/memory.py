@@ -44,8 +44,14 @@ def replica_label(actor_name: str) -> str:
 
 def list_replica_processes(dashboard_url: str) -> list[ReplicaProcess]:
     """Live Serve replica actors of the cluster behind the Ray dashboard, with their PIDs."""
+    from ray._private.authentication.authentication_token_setup import (
+        maybe_enable_token_auth_if_token_available,
+    )
     from ray.util.state import list_actors
 
+    # As Ray's own CLI does: a cluster started while ~/.ray/auth_token exists wants that token
+    # (without this, only a process that had called ray.init() before would send it).
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     actors = list_actors(
         address=dashboard_url, filters=[("state", "=", "ALIVE")], limit=10_000,
         raise_on_missing_output=False, timeout=10,
