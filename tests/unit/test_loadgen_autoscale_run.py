@@ -6,12 +6,10 @@ once the load is gone). Some requests are refused with 503 + Retry-After, as Ser
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
@@ -21,7 +19,7 @@ from serving.loadgen.client import RequestOptions, Target
 from serving.loadgen.server_stats import HealthSource
 from serving.loadgen.workloads import RequestSpec
 from tests.unit.fake_engine import FakeEngine
-from tests.unit.test_loadgen_bench import free_port
+from tests.unit.loopback import serve_on_loopback
 
 UP_AFTER_S, DOWN_AFTER_S = 0.6, 0.6
 
@@ -70,17 +68,8 @@ def server() -> Iterator[tuple[str, ScriptedServe]]:
             serve.last_done = time.monotonic()
 
     app.mount("/scaled", build_openai_app(FakeEngine(delay_s=0.01)))
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert uv.started, "fake server did not start"
-    yield f"http://127.0.0.1:{port}", serve
-    uv.should_exit = True
-    thread.join(10)
+    with serve_on_loopback(app) as url:
+        yield url, serve
 
 
 def test_a_step_burst_records_scale_up_and_scale_down(server: tuple[str, ScriptedServe]) -> None:

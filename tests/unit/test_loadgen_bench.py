@@ -5,14 +5,11 @@ report files, `--require` and the one-line errors."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from click.testing import CliRunner, Result
 from fastapi import FastAPI
 
@@ -22,6 +19,7 @@ from serving.config import parse_config
 from serving.engines.base import Delta, SamplingSpec
 from serving.loadgen import peers
 from tests.unit.fake_engine import FakeEngine
+from tests.unit.loopback import free_port, serve_on_loopback
 
 
 class FlakyEngine(FakeEngine):
@@ -37,12 +35,6 @@ class FlakyEngine(FakeEngine):
             yield delta
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """fast at /, slow at /slow, flaky at /flaky; the fakes count what they run at once."""
@@ -50,17 +42,8 @@ def server() -> Iterator[str]:
     app.mount("/slow", build_openai_app(FakeEngine(delay_s=0.02)))
     app.mount("/flaky", build_openai_app(FlakyEngine(delay_s=0.001)))
     app.mount("/", build_openai_app(FakeEngine(delay_s=0.01)))
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert uv.started, "fake server did not start"
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(10)
+    with serve_on_loopback(app) as url:
+        yield url
 
 
 def bench(*args: str) -> Result:
