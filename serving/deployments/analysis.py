@@ -24,6 +24,7 @@ from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
 from serving.config import AnalysisDeploymentConfig, PlatformConfig
+from serving.engines.base import use_all_cpu_cores
 from serving.deployments.vllm_server import replica_actor_options
 from serving.models import resolve_model
 
@@ -132,6 +133,7 @@ class AnalysisServer:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        use_all_cpu_cores()  # the model runs on the CPU; Ray would hold torch to one thread
         self.model, self.tokenizer = load_analysis_model(model_dir, self.config.model.dtype)
 
     def __serve_build_asgi_app__(self) -> FastAPI:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -65,3 +66,16 @@ class Engine(Protocol):
     async def check_health(self) -> None:
         """Raise if the engine cannot serve."""
         ...
+
+
+def use_all_cpu_cores() -> int:
+    """Let torch use every core this process may run on; returns the thread count.
+
+    Ray sets OMP_NUM_THREADS to an actor's num_cpus (1) in each worker, so a transformers model
+    in a replica would compute on one core while `generate()` in a script uses all of them.
+    """
+    import torch
+
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)
+    return cores

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,17 @@ def vllm_env(config: PlatformConfig) -> dict[str, str]:
         # process; an explicit list overrides that (cores 0..N-1).
         env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}"
     return env
+
+
+def apply_engine_env(config: PlatformConfig, environ: MutableMapping[str, str]) -> None:
+    """Set `vllm_env` in `environ` (explicit settings win) and lift Ray's thread cap on CPU."""
+    for key, value in vllm_env(config).items():
+        environ.setdefault(key, value)
+    if config.vllm.resources.accelerator == "cpu":
+        # Ray sets OMP_NUM_THREADS to the actor's num_cpus (1) in every worker it starts, and
+        # vLLM CPU honours it: the model would run on one core. vLLM picks its own thread count
+        # and binding (`cpu_threads` in the config), as under plain `vllm serve`.
+        environ.pop("OMP_NUM_THREADS", None)
 
 
 def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:
@@ -127,8 +138,7 @@ class VLLMEngine:
 
     @classmethod
     def start(cls, config: PlatformConfig, model_dir: Path) -> VLLMEngine:
-        for key, value in vllm_env(config).items():
-            os.environ.setdefault(key, value)
+        apply_engine_env(config, os.environ)
         started = time.perf_counter()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

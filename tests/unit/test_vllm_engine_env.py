@@ -1,0 +1,39 @@
+"""The environment a vLLM replica sets before importing vLLM (no vLLM needed)."""
+
+from __future__ import annotations
+
+from serving.config import PlatformConfig
+from serving.engines.vllm import apply_engine_env
+
+
+def config_on(accelerator: str) -> PlatformConfig:
+    return PlatformConfig.model_validate({"vllm": {"resources": {"accelerator": accelerator}}})
+
+
+def test_cpu_replica_lifts_rays_one_thread_cap() -> None:
+    environ = {"OMP_NUM_THREADS": "1", "VLLM_NO_USAGE_STATS": "0"}
+    apply_engine_env(config_on("cpu"), environ)
+    assert "OMP_NUM_THREADS" not in environ
+    assert environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert environ["VLLM_NO_USAGE_STATS"] == "0"  # an explicit setting wins
+
+
+def test_gpu_replica_keeps_the_thread_setting() -> None:
+    environ = {"OMP_NUM_THREADS": "1"}
+    apply_engine_env(config_on("gpu"), environ)
+    assert environ["OMP_NUM_THREADS"] == "1"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in environ
+
+
+def test_torch_gets_every_core_the_process_may_use(monkeypatch) -> None:
+    import torch
+
+    from serving.engines.base import use_all_cpu_cores
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    before = torch.get_num_threads()
+    try:
+        assert use_all_cpu_cores() == 3
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
