@@ -101,9 +101,10 @@ test-unit: install-test
 test-k8s: install-test
 	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
-# Regenerate the chart's values.schema.json and k8s/rendered/ (tests check both are up to date).
+# Regenerate the chart's values.schema.json, the LLMService CRD and k8s/rendered/ (tests check them).
 render: install
 	$(VENV)/bin/llm-serving render values-schema
+	$(VENV)/bin/llm-serving render crd
 	$(VENV)/bin/llm-serving render manifests
 
 test-integration: install-test

@@ -76,8 +76,8 @@ class VLLMEngineConfig(StrictModel):
     cpu_threads: int | None = Field(
         None,
         gt=0,
-        description="OpenMP threads of vLLM's CPU backend, bound to cores 0..N-1; default: "
-        "vLLM's own binding (every core but one, kept for its scheduler).",
+        description="OpenMP threads of vLLM's CPU engine (OMP_NUM_THREADS); default: torch's "
+        "own, one per core the replica may run on.",
     )
 
     def memory_utilization(self, accelerator: Accelerator) -> float:

@@ -30,21 +30,20 @@ def vllm_env(config: PlatformConfig) -> dict[str, str]:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     threads = config.vllm.engine.cpu_threads
     if config.vllm.resources.accelerator == "cpu" and threads is not None:
-        # vLLM CPU binds one OpenMP thread per core and keeps one core back for its scheduler
-        # process; an explicit list overrides that (cores 0..N-1).
-        env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}"
+        # The engine core (uni executor) is a spawned process: torch reads this on import.
+        env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
 def apply_engine_env(config: PlatformConfig, environ: MutableMapping[str, str]) -> None:
-    """Set `vllm_env` in `environ` (explicit settings win) and lift Ray's thread cap on CPU."""
-    for key, value in vllm_env(config).items():
-        environ.setdefault(key, value)
+    """Set `vllm_env` in `environ` (explicit settings win) after lifting Ray's thread cap on CPU."""
     if config.vllm.resources.accelerator == "cpu":
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus (1) in every worker it starts, and
-        # vLLM CPU honours it: the model would run on one core. vLLM picks its own thread count
-        # and binding (`cpu_threads` in the config), as under plain `vllm serve`.
+        # vLLM CPU honours it: the model would run on one core. Unset, torch takes every core,
+        # as under plain `vllm serve`; `cpu_threads` in the config sets it.
         environ.pop("OMP_NUM_THREADS", None)
+    for key, value in vllm_env(config).items():
+        environ.setdefault(key, value)
 
 
 def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:

@@ -144,12 +144,16 @@ def ray_llm_config(config: PlatformConfig, model_dir: Path, served_name: str) ->
     for key in ("model", "served_model_name", "distributed_executor_backend"):
         args.pop(key)
     device = "GPU" if config.vllm.resources.accelerator == "gpu" else "CPU"
+    env = vllm_env(config)
+    if device == "CPU":
+        # As in our replicas: without it Ray's OMP_NUM_THREADS=1 would hold its engine to one core.
+        env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     return {
         "model_loading_config": {"model_id": served_name, "model_source": str(model_dir)},
         "engine_kwargs": args,
         "placement_group_config": {"bundles": [{device: 1}]},
         "deployment_config": {"max_ongoing_requests": config.vllm.max_ongoing_requests},
-        "runtime_env": {"env_vars": vllm_env(config)},
+        "runtime_env": {"env_vars": env},
     }
 
 

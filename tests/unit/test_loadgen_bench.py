@@ -5,6 +5,7 @@ report files, `--require` and the one-line errors."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -178,6 +179,8 @@ def test_ray_serve_llm_peer_gets_the_platform_engine_arguments(tmp_path: Path) -
     assert not {"model", "served_model_name", "distributed_executor_backend"} & set(kwargs)
     assert fields["placement_group_config"] == {"bundles": [{"CPU": 1}]}
     assert fields["deployment_config"] == {"max_ongoing_requests": 48}
+    # its engine computes on every core, as ours does, not on Ray's one-thread default
+    assert fields["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
 
 
 def test_platform_origin_drops_the_route() -> None:

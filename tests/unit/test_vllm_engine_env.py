@@ -18,6 +18,14 @@ def test_cpu_replica_lifts_rays_one_thread_cap() -> None:
     assert environ["VLLM_NO_USAGE_STATS"] == "0"  # an explicit setting wins
 
 
+def test_cpu_threads_from_the_config_replace_rays_cap() -> None:
+    config = PlatformConfig.model_validate(
+        {"vllm": {"resources": {"accelerator": "cpu"}, "engine": {"cpu_threads": 2}}})
+    environ = {"OMP_NUM_THREADS": "1"}
+    apply_engine_env(config, environ)
+    assert environ["OMP_NUM_THREADS"] == "2"
+
+
 def test_gpu_replica_keeps_the_thread_setting() -> None:
     environ = {"OMP_NUM_THREADS": "1"}
     apply_engine_env(config_on("gpu"), environ)
