@@ -24,6 +24,10 @@ def test_gauges_are_summed_over_label_sets() -> None:
         PROMETHEUS_TEXT, {"vllm:num_requests_running", "vllm:num_requests_waiting"}
     )
     assert sums == {"vllm:num_requests_running": 5.0, "vllm:num_requests_waiting": 7.0}
+    # a metric whose name only starts like a wanted one is not added in
+    longer = PROMETHEUS_TEXT + "vllm:num_requests_running_max 40.0\n"
+    assert server_stats.gauge_sums(longer, {"vllm:num_requests_running"}) == {
+        "vllm:num_requests_running": 5.0}
 
 
 def test_summary_says_whether_batching_happened() -> None:
