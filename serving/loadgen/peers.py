@@ -178,8 +178,6 @@ def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
         raise PeerError(f"peer ray-serve-llm needs Ray Serve LLM's packages: {err}") from None
     model_dir = resolve_model(config.model.ref, config.model.cache_dir)
     connect()
-    # Ray Serve LLM's import puts the root logger at INFO: httpx would log every request made.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     llm_config = LLMConfig(**ray_llm_config(config, model_dir, served_name))
     try:
         # Blocks until the replica is healthy; a failed deployment raises with the replica's error.
@@ -188,6 +186,9 @@ def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
     except RuntimeError as err:
         serve.delete(RAY_LLM_APP)
         raise PeerError(f"peer ray-serve-llm did not deploy: {str(err).splitlines()[0]}") from None
+    # Ray Serve LLM (its import and serve.run) puts the root logger at INFO: httpx would log
+    # every request the load generator makes.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         yield Target(PEER_NAMES["ray-serve-llm"], f"{platform_origin(state.api_url)}{RAY_LLM_PREFIX}/v1")
     finally:
