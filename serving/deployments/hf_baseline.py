@@ -16,6 +16,7 @@ from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig
 from serving.deployments.vllm_server import replica_actor_options
+from serving.engines.base import use_all_cpu_cores
 from serving.engines.hf import HFEngine
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
@@ -27,6 +28,8 @@ class HFBaseline:
     async def __init__(self, config: dict[str, Any]) -> None:
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        if self.config.hf.resources.accelerator == "cpu":
+            use_all_cpu_cores()  # Ray would hold torch to one thread
         # Loading takes seconds; off the loop so the replica's event loop stays responsive.
         self.engine = await asyncio.to_thread(HFEngine.load, self.config, model_dir)
         self.metrics = PlatformMetrics(MetricLabels("hf", self.config.model.name, "HFBaseline"))

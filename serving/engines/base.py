@@ -68,6 +68,11 @@ class Engine(Protocol):
         ...
 
 
+def cpu_cores() -> int:
+    """Cores this process may run on (its affinity: a container's cpuset, not the host's count)."""
+    return len(os.sched_getaffinity(0))
+
+
 def use_all_cpu_cores() -> int:
     """Let torch use every core this process may run on; returns the thread count.
 
@@ -76,6 +81,6 @@ def use_all_cpu_cores() -> int:
     """
     import torch
 
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()
     torch.set_num_threads(cores)
     return cores

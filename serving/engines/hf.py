@@ -36,7 +36,7 @@ from transformers import (
 )
 
 from serving.config import HFDeploymentConfig, PlatformConfig
-from serving.engines.base import Delta, EngineStats, FinishReason, SamplingSpec, use_all_cpu_cores
+from serving.engines.base import Delta, EngineStats, FinishReason, SamplingSpec
 
 MODES = ("generate", "no-cache", "kv-cache", "static-batch")
 Emit = Callable[[Delta | BaseException], None]
@@ -197,8 +197,6 @@ class HFEngine:
     @classmethod
     def load(cls, config: PlatformConfig, model_dir: Path) -> HFEngine:
         device = "cuda" if config.hf.resources.accelerator == "gpu" else "cpu"
-        if device == "cpu":
-            use_all_cpu_cores()
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=load_dtype(config.model.dtype, device)
         ).to(device).eval()

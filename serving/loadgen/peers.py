@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from serving.config import PlatformConfig
+from serving.engines.base import cpu_cores
 from serving.engines.vllm import engine_args, vllm_env
 from serving.loadgen.client import Target
 from serving.models import resolve_model
@@ -147,7 +148,7 @@ def ray_llm_config(config: PlatformConfig, model_dir: Path, served_name: str) ->
     env = vllm_env(config)
     if device == "CPU":
         # As in our replicas: without it Ray's OMP_NUM_THREADS=1 would hold its engine to one core.
-        env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+        env.setdefault("OMP_NUM_THREADS", str(cpu_cores()))
     return {
         "model_loading_config": {"model_id": served_name, "model_source": str(model_dir)},
         "engine_kwargs": args,

@@ -62,7 +62,8 @@ def gauge_sums(text: str, names: set[str]) -> dict[str, float]:
     """Sum of each named metric over its label sets, from Prometheus text exposition."""
     sums: dict[str, float] = {}
     # Ray's endpoint exposes every metric of the node: parse only the lines of the wanted ones.
-    lines = [line for line in text.splitlines() if line.startswith(tuple(names))]
+    prefixes = tuple(names)
+    lines = [line for line in text.splitlines() if line.startswith(prefixes)]
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for sample in family.samples:
             if sample.name in names:
