@@ -81,7 +81,7 @@ compare: install
 	$$LS up --detach --config $(COMPARE_CONFIG) || exit 1; \
 	$$LS bench --target vllm=http://127.0.0.1:8000/v1 --target hf=http://127.0.0.1:8000/hf/v1 \
 	  --peer vllm --peer ray-serve-llm --config $(COMPARE_CONFIG) \
-	  --concurrency $(COMPARE_LEVELS) --requests 16 --input-len 128 --output-len 64 --duration 120 \
+	  --concurrency $(COMPARE_LEVELS) --requests 16 --rounds 4 --input-len 128 --output-len 64 --duration 240 \
 	  --output $(COMPARE_OUT) \
 	  --require 'hf.output_throughput_ratio@c16>=3' \
 	  --require 'vllm-serve.output_throughput_ratio@c16>=0.95' \

@@ -97,9 +97,10 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
               show_default=True, help="Seconds one request may take, stream included.")
-@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=0.1,
+@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=1.0,
               show_default=True,
-              help="Seconds between reads of the server's running/waiting counts.")
+              help="Seconds between reads of the server's running/waiting counts (each read is "
+              "a request the target serves: keep it rare).")
 @click.option("--dashboard", metavar="URL",
               help="autoscale, soak: the Ray dashboard whose REST API lists the target's replicas "
               "(default: the local platform's; soak: on this machine).")

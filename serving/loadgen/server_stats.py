@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-MAX_SAMPLES = 20_000  # bounds memory and the loop (at 0.1 s: 2000 s of polling per chunk)
+MAX_SAMPLES = 20_000  # bounds memory and the loop (at 1 s: 5.5 h of polling per chunk)
 TIMELINE_POINTS = 400  # what the report keeps of a timeline
 
 
@@ -93,7 +93,7 @@ class Poller:
 
     source: StatsSource | None
     http: httpx.AsyncClient
-    interval_s: float = 0.1
+    interval_s: float = 1.0
     samples: list[Sample] = field(default_factory=list)
     errors: int = 0
     _task: asyncio.Task | None = None
