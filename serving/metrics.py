@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import re
 import statistics
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from serving.engines.base import EngineStats
 
@@ -53,8 +56,36 @@ class MetricLabels:
         return {"engine": self.engine, "model": self.model, "deployment": self.deployment}
 
 
+class BackgroundRecorder:
+    """Runs metric updates in order on one daemon thread. Ray's `record` releases the GIL, and
+    taking it back waits out another thread's switch interval (up to 5 ms; measured 3.6 ms per
+    call beside one busy thread): inline, every streamed token stalled the replica's event loop."""
+
+    def __init__(self) -> None:
+        self._calls: queue.Queue[tuple[Callable[..., Any], tuple]] = queue.Queue()
+        threading.Thread(target=self._run, name="metrics-recorder", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._calls.put((fn, args))
+
+    def flush(self) -> None:
+        """Wait until every submitted update has run."""
+        self._calls.join()
+
+    def _run(self) -> None:
+        while True:
+            fn, args = self._calls.get()
+            try:
+                fn(*args)
+            except Exception:  # a metrics hiccup must never stop the replica
+                pass
+            finally:
+                self._calls.task_done()
+
+
 class PlatformMetrics:
-    """Ray metrics of one replica; create inside a Ray worker (a Serve replica)."""
+    """Ray metrics of one replica; create inside a Ray worker (a Serve replica). Updates are
+    queued to a `BackgroundRecorder`, so the request path never waits on Ray."""
 
     def __init__(self, labels: MetricLabels) -> None:
         from ray.util import metrics as ray_metrics
@@ -91,24 +122,25 @@ class PlatformMetrics:
         self.generation_tokens = counter(GENERATION_TOKENS)
         self.requests = counter(REQUESTS, ("status",))
         self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
+        self.recorder = BackgroundRecorder()
 
     def record_engine(self, stats: EngineStats) -> None:
-        self.queue_depth.set(stats.waiting)
-        self.running.set(stats.running)
-        self.kv_cache_usage.set(stats.kv_cache_usage)
+        self.recorder.submit(self.queue_depth.set, stats.waiting)
+        self.recorder.submit(self.running.set, stats.running)
+        self.recorder.submit(self.kv_cache_usage.set, stats.kv_cache_usage)
 
     def record_status(self, status: int) -> None:
-        self.requests.inc(1, tags={"status": str(status)})
+        self.recorder.submit(self.requests.inc, 1, {"status": str(status)})
 
     def record_request(self, prompt_tokens: int, output_tokens: int, e2e_s: float) -> None:
         if prompt_tokens:
-            self.prompt_tokens.inc(prompt_tokens)
+            self.recorder.submit(self.prompt_tokens.inc, prompt_tokens)
         if output_tokens:
-            self.generation_tokens.inc(output_tokens)
-        self.e2e.observe(e2e_s)
+            self.recorder.submit(self.generation_tokens.inc, output_tokens)
+        self.recorder.submit(self.e2e.observe, e2e_s)
 
     def record_first_token(self, ttft_s: float) -> None:
-        self.ttft.observe(ttft_s)
+        self.recorder.submit(self.ttft.observe, ttft_s)
         self._recent_ttft.append((time.monotonic(), ttft_s))
 
     def ttft_p50_ms(self, window_s: float = 60.0) -> float | None:
@@ -118,7 +150,7 @@ class PlatformMetrics:
         return round(statistics.median(recent) * 1000, 1) if recent else None
 
     def record_inter_token(self, gap_s: float) -> None:
-        self.itl.observe(gap_s)
+        self.recorder.submit(self.itl.observe, gap_s)
 
 
 async def publish_engine_stats(
@@ -126,7 +158,7 @@ async def publish_engine_stats(
 ) -> None:
     """Copy the engine's queue into the gauges until cancelled (a replica background task)."""
     while True:
-        with contextlib.suppress(Exception):  # a metrics hiccup must never stop the replica
+        with contextlib.suppress(Exception):  # an engine hiccup must never stop the replica
             metrics.record_engine(read())
         await asyncio.sleep(interval_s)
 
