@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from serving.loadgen.server_stats import STATS_INTERVAL_S
+
 EXIT_TARGET, EXIT_USAGE, EXIT_REQUIRE = 1, 2, 3
 
 
@@ -97,7 +99,7 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
               show_default=True, help="Seconds one request may take, stream included.")
-@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=1.0,
+@click.option("--stats-interval", type=click.FloatRange(min=0.005), default=STATS_INTERVAL_S,
               show_default=True,
               help="Seconds between reads of the server's running/waiting counts (each read is "
               "a request the target serves: keep it rare).")

@@ -35,9 +35,7 @@ class BenchPlan:
     scenario: str = "sweep"
     rounds: int = 2
     max_duration_s: float = math.inf  # per target and level, split over its rounds
-    # A read of the platform's /health crosses the proxy and the replica: at 10 Hz it took about
-    # 12 % of a core from the engine under test on two cores (`top` during a c16 run).
-    stats_interval_s: float = 1.0
+    stats_interval_s: float = server_stats.STATS_INTERVAL_S
     slo: dict[str, float] = field(default_factory=dict)
 
 
