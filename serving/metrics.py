@@ -61,12 +61,17 @@ class BackgroundRecorder:
     taking it back waits out another thread's switch interval (up to 5 ms; measured 3.6 ms per
     call beside one busy thread): inline, every streamed token stalled the replica's event loop."""
 
-    def __init__(self) -> None:
-        self._calls: queue.Queue[tuple[Callable[..., Any], tuple]] = queue.Queue()
+    def __init__(self, max_pending: int = 100_000) -> None:
+        self._calls: queue.Queue[tuple[Callable[..., Any], tuple]] = queue.Queue(max_pending)
+        self.dropped = 0  # updates lost because Ray fell `max_pending` behind
         threading.Thread(target=self._run, name="metrics-recorder", daemon=True).start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._calls.put((fn, args))
+        """Queue an update; never blocks the caller (a full queue drops it and counts it)."""
+        try:
+            self._calls.put_nowait((fn, args))
+        except queue.Full:
+            self.dropped += 1
 
     def flush(self) -> None:
         """Wait until every submitted update has run."""

@@ -41,3 +41,17 @@ def test_a_failing_update_does_not_stop_the_next():
     recorder.submit(done.append, 1)
     recorder.flush()
     assert done == [1]
+
+
+def test_a_full_queue_drops_and_counts_instead_of_blocking():
+    recorder = BackgroundRecorder(max_pending=2)
+    release, started = threading.Event(), threading.Event()
+    done: list[int] = []
+    recorder.submit(lambda: (started.set(), release.wait(10)))
+    assert started.wait(10)  # the thread is busy; the queue is empty again
+    for i in range(5):
+        recorder.submit(done.append, i)  # 2 fit, 3 are dropped, none blocks
+    assert recorder.dropped == 3
+    release.set()
+    recorder.flush()
+    assert done == [0, 1]
