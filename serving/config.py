@@ -73,6 +73,13 @@ class VLLMEngineConfig(StrictModel):
         None, gt=0, description="Token budget of one scheduler step; vLLM's default when unset."
     )
     seed: int = Field(0, description="Engine seed for reproducible sampling.")
+    engine_core: Literal["process", "inprocess"] = Field(
+        "process",
+        description="Where vLLM's engine core runs. process: AsyncLLM's child process, so "
+        "scheduling and output handling overlap the forward pass. inprocess: inside the replica, "
+        "driven by one thread; no second torch + vLLM import, so a new replica serves sooner "
+        "(faster scale-up), at some decode throughput.",
+    )
     cpu_threads: int | None = Field(
         None,
         gt=0,

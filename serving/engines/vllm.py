@@ -1,4 +1,5 @@
-"""vLLM V1 engine (`AsyncLLM`) behind the Engine protocol: continuous batching happens inside it."""
+"""vLLM V1 engine behind the Engine protocol: continuous batching happens inside it. The engine
+core runs in `AsyncLLM`'s child process, or in the replica (`engine_core: inprocess`)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ def vllm_env(config: PlatformConfig) -> dict[str, str]:
     env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     if config.vllm.resources.accelerator == "cpu":
         # vLLM CPU swaps the "uni" executor for "mp" (a third process that imports torch and vLLM
-        # again) unless this is 0. AsyncLLM keeps its engine core in a child process either way,
-        # so the model then runs inside that process: one process spawn less per replica.
+        # again) unless this is 0. The model then runs inside the engine core's process (a child
+        # of the replica, or the replica itself with engine_core inprocess).
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     threads = config.vllm.engine.cpu_threads
     if config.vllm.resources.accelerator == "cpu" and threads is not None:
-        # The engine core (uni executor) is a spawned process: torch reads this on import.
+        # torch reads this on import: the replica gets it from its runtime_env, a spawned engine
+        # core inherits it.
         env["OMP_NUM_THREADS"] = str(threads)
     return env
 
@@ -122,7 +124,8 @@ def scheduler_stats_logger(snapshot: SchedulerSnapshot):
 
 
 class VLLMEngine:
-    """One `AsyncLLM` per replica; requests stream back as text deltas."""
+    """One vLLM engine per replica (`AsyncLLM`, or `InprocLLM` with the same small interface);
+    requests stream back as text deltas."""
 
     modes: tuple[str, ...] = ()
 
@@ -142,6 +145,8 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from serving.engines.vllm_inproc import InprocLLM
+
         imported = time.perf_counter()
         phase_log = install_phase_log()  # before the config: it copies vLLM's logging settings
         snapshot = SchedulerSnapshot()
@@ -150,7 +155,8 @@ class VLLMEngine:
             configured = time.perf_counter()
             # Blocks until the engine core has loaded the weights, sized the KV cache, warmed up.
             spawned_at = time.time()
-            llm = AsyncLLM.from_vllm_config(
+            engine_class = AsyncLLM if config.vllm.engine.engine_core == "process" else InprocLLM
+            llm = engine_class.from_vllm_config(
                 vllm_config, stat_loggers=[scheduler_stats_logger(snapshot)]
             )
             marks = {**read_markers(phase_log), "start": spawned_at, "ready": time.time()}
@@ -170,7 +176,7 @@ class VLLMEngine:
     ) -> AsyncIterator[Delta]:
         from vllm.inputs.engine import tokens_input
 
-        # AsyncLLM.generate aborts the request itself when this iteration is cancelled.
+        # The engine's generate aborts the request itself when this iteration is cancelled.
         stream = self.llm.generate(tokens_input(prompt_token_ids), sampling_params(sampling), request_id)
         try:
             async for output in stream:
@@ -182,7 +188,7 @@ class VLLMEngine:
                 )
         except (asyncio.CancelledError, GeneratorExit):
             self._aborted_total += 1
-            await stream.aclose()  # run AsyncLLM's abort now, not at garbage collection
+            await stream.aclose()  # run the engine's abort now, not at garbage collection
             raise
 
     async def abort(self, request_id: str) -> None:

@@ -1,7 +1,8 @@
-"""Where a vLLM replica's start-up goes. The engine core runs in a child process and logs its
-phases there; vLLM's own logging config (inherited by the child through the environment) gets
-one more handler that copies just those lines, with their timestamps, to a small file the
-replica reads once the engine is up. Phase names follow vLLM 0.32's log messages."""
+"""Where a vLLM replica's start-up goes. The engine core logs its phases (in a child process, or
+in the replica with `engine_core: inprocess`); vLLM's own logging config (inherited by a child
+through the environment) gets one more handler that copies just those lines, with their
+timestamps, to a small file the replica reads once the engine is up. Phase names follow vLLM
+0.32's log messages."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ MARKERS = {
 }
 # (phase, from marker, to marker); "start"/"ready" are the replica's own clock around the call.
 PHASES = (
-    ("engine_process_spawn_import", "start", "engine_process_up"),
+    ("engine_process_spawn_import", "start", "engine_process_up"),  # in-process: no spawn
     ("engine_device_init", "engine_process_up", "model_load_start"),
     ("model_load", "model_load_start", "model_loaded"),
     ("kv_cache_profile_warmup", "model_loaded", "kv_cache_warmed_up"),
