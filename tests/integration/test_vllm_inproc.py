@@ -33,13 +33,19 @@ def engine() -> Iterator[VLLMEngine]:
         "vllm": {"engine": {"kv_cache_memory_gb": 0.1, "max_num_seqs": 8,
                             "engine_core": "inprocess"}},
     })
+    import torch
+
+    # vLLM's CPU worker changes process-wide state: the environment, the switch interval (ours)
+    # and torch.set_num_threads (made a no-op); later tests in this process get theirs back.
     environ, switch_interval = dict(os.environ), sys.getswitchinterval()
+    set_num_threads = torch.set_num_threads
     engine = VLLMEngine.start(config, resolve_model(config.model.ref, config.model.cache_dir))
     yield engine
     engine.shutdown()
     os.environ.clear()
-    os.environ.update(environ)  # the engine's settings stay out of later tests
+    os.environ.update(environ)
     sys.setswitchinterval(switch_interval)
+    torch.set_num_threads = set_num_threads
 
 
 async def collect(engine: VLLMEngine, request_id: str, prompt: list[int],
