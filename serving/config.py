@@ -131,6 +131,10 @@ class AutoscalingSettings(StrictModel):
             "upscale_delay_s": self.upscale_delay_s,
             "downscale_delay_s": self.downscale_delay_s,
             "look_back_period_s": self.look_back_period_s,
+            # Deprecated in Ray 2.60 in favour of the push-interval variables of `ray_env`, but
+            # 2.60's handles and replicas still push at this interval (10 s when unset), and only
+            # here can a deployment set it.
+            "metrics_interval_s": self.metrics_interval_s,
         }
 
 
@@ -358,7 +362,8 @@ class PlatformConfig(StrictModel):
 
 def ray_env(config: PlatformConfig) -> dict[str, str]:
     """Environment of every Ray process (local head, chart pods): how fast queues are reported.
-    Serve reads its push intervals from the environment (the config field is deprecated)."""
+    Serve will read its push intervals from these variables (Ray 2.60 still takes each
+    deployment's `metrics_interval_s`, which `AutoscalingSettings.serve_options` sets too)."""
     intervals = [
         d.autoscaling.metrics_interval_s for d in (config.vllm, config.hf) if d.autoscaling
     ]

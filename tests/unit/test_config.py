@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from serving.config import ConfigError, PlatformConfig, StrictModel, load_config, parse_config
+from serving.config import (
+    AutoscalingSettings,
+    ConfigError,
+    PlatformConfig,
+    StrictModel,
+    load_config,
+    parse_config,
+)
 
 
 def test_default_config_ships_and_validates() -> None:
@@ -71,3 +78,18 @@ def test_memory_utilization_defaults_by_accelerator() -> None:
 def test_served_name_defaults_to_ref() -> None:
     assert parse_config({"model": {"ref": "Qwen/Qwen2.5-0.5B"}}).model.name == "Qwen/Qwen2.5-0.5B"
     assert parse_config({"model": {"ref": "x", "served_name": "y"}}).model.name == "y"
+
+
+def test_autoscaling_pushes_queue_metrics_at_the_configured_interval() -> None:
+    """Ray 2.60's handles and replicas push at the deployment's `metrics_interval_s` (10 s when
+    unset, whatever the push-interval variables say): the decision waits on it."""
+    import warnings
+
+    from ray.serve.config import AutoscalingConfig
+
+    settings = AutoscalingSettings(max_replicas=2, metrics_interval_s=0.5, look_back_period_s=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the field's deprecation notice
+        serve = AutoscalingConfig(**settings.serve_options())
+    assert serve.metrics_interval_s == 0.5
+    assert serve.look_back_period_s == 2
