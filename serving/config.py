@@ -86,6 +86,14 @@ class VLLMEngineConfig(StrictModel):
         description="OpenMP threads of vLLM's CPU engine (OMP_NUM_THREADS); default: torch's "
         "own, one per core the replica may run on.",
     )
+    cpu_niceness: int | None = Field(
+        19,
+        ge=0,
+        le=19,
+        description="On CPU, the niceness of the engine's compute threads once it serves (Ray "
+        "starts workers at 15): a starting replica, Serve's proxy and controller get the cores "
+        "before decode. None leaves it as started.",
+    )
 
     def memory_utilization(self, accelerator: Accelerator) -> float:
         if self.gpu_memory_utilization is not None:

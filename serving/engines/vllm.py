@@ -13,6 +13,7 @@ from typing import Any
 
 from serving.config import PlatformConfig
 from serving.engines.base import Delta, EngineStats, SamplingSpec
+from serving.engines.cpu_priority import child_thread_ids, lower_priority, thread_ids
 from serving.engines.vllm_startup import (
     install_phase_log,
     phase_seconds,
@@ -46,6 +47,19 @@ def apply_engine_env(config: PlatformConfig, environ: MutableMapping[str, str]) 
         environ.pop("OMP_NUM_THREADS", None)
     for key, value in vllm_env(config).items():
         environ.setdefault(key, value)
+
+
+def yield_cpu_to_control_plane(config: PlatformConfig, threads_before: set[int]) -> None:
+    """Lower the priority of the threads that run the model, now that the engine serves (see
+    cpu_priority): the engine-core child's, or those the in-process engine started here."""
+    niceness = config.vllm.engine.cpu_niceness
+    if config.vllm.resources.accelerator != "cpu" or niceness is None:
+        return
+    if config.vllm.engine.engine_core == "process":
+        compute = child_thread_ids()
+    else:
+        compute = thread_ids() - threads_before
+    lower_priority(compute, niceness)
 
 
 def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:
@@ -156,10 +170,12 @@ class VLLMEngine:
             # Blocks until the engine core has loaded the weights, sized the KV cache, warmed up.
             spawned_at = time.time()
             engine_class = AsyncLLM if config.vllm.engine.engine_core == "process" else InprocLLM
+            own_threads = thread_ids()
             llm = engine_class.from_vllm_config(
                 vllm_config, stat_loggers=[scheduler_stats_logger(snapshot)]
             )
             marks = {**read_markers(phase_log), "start": spawned_at, "ready": time.time()}
+            yield_cpu_to_control_plane(config, own_threads)
         finally:
             remove_phase_log(phase_log)
         engine = cls(llm, config.model.name, config.model.max_model_len, snapshot)
