@@ -90,9 +90,9 @@ class VLLMEngineConfig(StrictModel):
         19,
         ge=0,
         le=19,
-        description="On CPU, the niceness of the engine's compute threads once it serves (Ray "
-        "starts workers at 15): a starting replica, Serve's proxy and controller get the cores "
-        "before decode. None leaves it as started.",
+        description="On CPU, the niceness of the engine once it serves (its engine-core process, "
+        "or the whole replica with engine_core inprocess; Ray starts workers at 15): a starting "
+        "replica, Serve's proxy and controller get the cores before decode. None: unchanged.",
     )
 
     def memory_utilization(self, accelerator: Accelerator) -> float:

@@ -3,10 +3,10 @@
 On a CPU node the engine's forward passes take every core they can. A replica that is starting
 (importing torch and vLLM, loading weights), Serve's proxy and controller, and the replica's own
 HTTP streaming then get what decode leaves: under a burst a new replica started about twice as
-slowly as on a quiet machine. Once an engine serves, its compute threads drop to a higher
-niceness, so those come first and decode takes the rest of the CPU (all of it when nothing else
-runs). Linux keeps niceness per thread and a new thread inherits its creator's, so every thread
-the engine started is set, and threads it starts later follow.
+slowly as on a quiet machine. Once an engine serves, its threads drop to a higher niceness, so
+those come first and decode takes the rest of the CPU (all of it when nothing else runs). Linux
+keeps niceness per thread and a new thread inherits its creator's, so every existing thread is
+set, and threads they start later follow.
 """
 
 from __future__ import annotations

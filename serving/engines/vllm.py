@@ -49,17 +49,16 @@ def apply_engine_env(config: PlatformConfig, environ: MutableMapping[str, str]) 
         environ.setdefault(key, value)
 
 
-def yield_cpu_to_control_plane(config: PlatformConfig, threads_before: set[int]) -> None:
+def yield_cpu_to_control_plane(config: PlatformConfig) -> None:
     """Lower the priority of the threads that run the model, now that the engine serves (see
-    cpu_priority): the engine-core child's, or those the in-process engine started here."""
+    cpu_priority): the engine-core child's, or, with the engine core in-process, every thread of
+    the replica, since they share the engine's GIL (an event loop above the engine thread takes
+    the GIL back from it at every torch op: 16 streams decoded at half speed)."""
     niceness = config.vllm.engine.cpu_niceness
     if config.vllm.resources.accelerator != "cpu" or niceness is None:
         return
-    if config.vllm.engine.engine_core == "process":
-        compute = child_thread_ids()
-    else:
-        compute = thread_ids() - threads_before
-    lower_priority(compute, niceness)
+    in_child = config.vllm.engine.engine_core == "process"
+    lower_priority(child_thread_ids() if in_child else thread_ids(), niceness)
 
 
 def engine_args(config: PlatformConfig, model_dir: Path) -> dict[str, Any]:
@@ -170,12 +169,11 @@ class VLLMEngine:
             # Blocks until the engine core has loaded the weights, sized the KV cache, warmed up.
             spawned_at = time.time()
             engine_class = AsyncLLM if config.vllm.engine.engine_core == "process" else InprocLLM
-            own_threads = thread_ids()
             llm = engine_class.from_vllm_config(
                 vllm_config, stat_loggers=[scheduler_stats_logger(snapshot)]
             )
             marks = {**read_markers(phase_log), "start": spawned_at, "ready": time.time()}
-            yield_cpu_to_control_plane(config, own_threads)
+            yield_cpu_to_control_plane(config)
         finally:
             remove_phase_log(phase_log)
         engine = cls(llm, config.model.name, config.model.max_model_len, snapshot)

@@ -30,8 +30,10 @@ GREEDY = SamplingSpec(max_tokens=8, temperature=0.0, ignore_eos=True)
 def engine() -> Iterator[VLLMEngine]:
     config = parse_config({
         "model": {"ref": MODEL, "max_model_len": 256, "dtype": "float32"},
+        # cpu_niceness None: an in-process engine would lower every thread of this test process
+        # for good (tests/unit/test_cpu_priority.py covers it in a child interpreter).
         "vllm": {"engine": {"kv_cache_memory_gb": 0.1, "max_num_seqs": 8,
-                            "engine_core": "inprocess"}},
+                            "engine_core": "inprocess", "cpu_niceness": None}},
     })
     import torch
 

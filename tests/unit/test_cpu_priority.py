@@ -1,5 +1,5 @@
-"""The engine's compute threads yield the CPU once it serves (real threads and processes; no vLLM).
-Only threads the test starts get a higher niceness, so the test process itself keeps its own."""
+"""The engine yields the CPU once it serves (real threads and processes; no vLLM). Only threads,
+processes and interpreters the test starts get a higher niceness: the test process keeps its own."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from serving.config import PlatformConfig
 from serving.engines.cpu_priority import child_thread_ids, lower_priority, thread_ids
@@ -86,23 +87,31 @@ def test_child_thread_ids_cover_the_children() -> None:
 def test_process_mode_lowers_the_engine_core_child() -> None:
     own = niceness(threading.get_native_id())
     with child_process() as pid:
-        yield_cpu_to_control_plane(engine_config("cpu", "process"), thread_ids())
+        yield_cpu_to_control_plane(engine_config("cpu", "process"))
         assert niceness(pid) == 19
     assert niceness(threading.get_native_id()) == own
 
 
-def test_inprocess_mode_lowers_only_threads_started_with_the_engine() -> None:
-    own, before = niceness(threading.get_native_id()), thread_ids()
-    with parked_thread() as engine_thread:
-        yield_cpu_to_control_plane(engine_config("cpu", "inprocess"), before)
-        assert niceness(engine_thread) == 19
-    assert niceness(threading.get_native_id()) == own
+def test_inprocess_mode_lowers_every_thread_of_the_replica() -> None:
+    """In a child interpreter: this one's own threads could not get their niceness back."""
+    script = (
+        "import os, threading\n"
+        "from tests.unit.test_cpu_priority import engine_config, parked_thread\n"
+        "from serving.engines.vllm import yield_cpu_to_control_plane\n"
+        "with parked_thread() as engine_thread:\n"
+        "    yield_cpu_to_control_plane(engine_config('cpu', 'inprocess'))\n"
+        "    print(os.getpriority(os.PRIO_PROCESS, engine_thread),"
+        " os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True, cwd=Path(__file__).parents[2])
+    assert done.stdout.split() == ["19", "19"]
 
 
 def test_gpu_or_none_leaves_priorities_alone() -> None:
+    own = niceness(threading.get_native_id())
     for config in (engine_config("gpu", "inprocess"), engine_config("cpu", "inprocess", None)):
-        before = thread_ids()
         with parked_thread() as engine_thread:
-            start = niceness(engine_thread)
-            yield_cpu_to_control_plane(config, before)
-            assert niceness(engine_thread) == start
+            yield_cpu_to_control_plane(config)
+            assert niceness(engine_thread) == own
+        assert niceness(threading.get_native_id()) == own
