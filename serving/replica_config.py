@@ -1,0 +1,175 @@
+"""Settings of one engine deployment's replicas: resources, the vLLM engine, autoscaling on queue
+depth and backpressure (part of PlatformConfig, `serving/config.py`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Accelerator = Literal["cpu", "gpu"]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ReplicaResources(StrictModel):
+    accelerator: Accelerator = Field(
+        "cpu", description="'gpu' pins each replica to one GPU (num_gpus=1); 'cpu' uses CPU only."
+    )
+    num_cpus: float = Field(1.0, ge=0, description="Logical Ray CPUs reserved per replica.")
+
+
+class VLLMEngineConfig(StrictModel):
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Share of accelerator memory for weights + KV cache. On CPU it sizes the KV "
+        "cache in host memory. Default: 0.90 on GPU, 0.25 on CPU.",
+    )
+    kv_cache_memory_gb: float | None = Field(
+        None,
+        gt=0,
+        description="Explicit KV-cache size in GiB; overrides gpu_memory_utilization for the cache "
+        "(useful on CPU, where the share is taken of the whole host's memory).",
+    )
+    enforce_eager: bool = Field(
+        True, description="Skip graph capture/compilation: much faster start, slower decode."
+    )
+    max_num_seqs: int = Field(64, gt=0, description="Most sequences vLLM schedules in one step.")
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, description="Token budget of one scheduler step; vLLM's default when unset."
+    )
+    seed: int = Field(0, description="Engine seed for reproducible sampling.")
+    engine_core: Literal["process", "inprocess"] = Field(
+        "process",
+        description="Where vLLM's engine core runs. process: AsyncLLM's child process, so "
+        "scheduling and output handling overlap the forward pass. inprocess: inside the replica, "
+        "driven by one thread; no second torch + vLLM import, so a new replica serves sooner "
+        "(faster scale-up), at some decode throughput.",
+    )
+    cpu_threads: int | None = Field(
+        None,
+        gt=0,
+        description="OpenMP threads of vLLM's CPU engine (OMP_NUM_THREADS); default: torch's "
+        "own, one per core the replica may run on.",
+    )
+    cpu_niceness: int | None = Field(
+        19,
+        ge=0,
+        le=19,
+        description="On CPU, the niceness of the engine once it serves (its engine-core process, "
+        "or the whole replica with engine_core inprocess; Ray starts workers at 15): a starting "
+        "replica, Serve's proxy and controller get the cores before decode. None: unchanged.",
+    )
+
+    def memory_utilization(self, accelerator: Accelerator) -> float:
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return 0.90 if accelerator == "gpu" else 0.25
+
+
+class AutoscalingSettings(StrictModel):
+    """Serve autoscaling on queue depth: ongoing requests per replica (running in the engine +
+    waiting in the engine + queued in the replica), reported by every replica to Serve."""
+
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas (0 allows scale to zero).")
+    max_replicas: int = Field(1, ge=1, description="Most replicas (on GPU: most GPUs used).")
+    target_queue_depth: float = Field(
+        32.0, gt=0, description="Ongoing requests per replica the autoscaler aims for."
+    )
+    upscale_delay_s: float = Field(
+        2.0, ge=0, description="Load must stay above target this long before scaling up."
+    )
+    downscale_delay_s: float = Field(
+        20.0, ge=0, description="Load must stay below target this long before scaling down."
+    )
+    metrics_interval_s: float = Field(
+        1.0, gt=0, description="How often each replica reports its queue to the autoscaler."
+    )
+    look_back_period_s: float = Field(
+        3.0, gt=0, description="Window the autoscaler averages the queue over."
+    )
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> AutoscalingSettings:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+    def serve_options(self) -> dict[str, Any]:
+        """Ray Serve's `autoscaling_config`."""
+        return {
+            "min_replicas": self.min_replicas,
+            "initial_replicas": max(self.min_replicas, 1),
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_queue_depth,
+            "upscale_delay_s": self.upscale_delay_s,
+            "downscale_delay_s": self.downscale_delay_s,
+            "look_back_period_s": self.look_back_period_s,
+            # Deprecated in Ray 2.60 in favour of the push-interval variables of `ray_env`, but
+            # 2.60's handles and replicas still push at this interval (10 s when unset), and only
+            # here can a deployment set it.
+            "metrics_interval_s": self.metrics_interval_s,
+        }
+
+
+class BackpressureSettings(StrictModel):
+    """What happens when every replica is busy: a bounded queue, then a fast refusal."""
+
+    max_queued_requests: int = Field(
+        512, ge=-1, description="Requests waiting for a free replica slot; -1 = unbounded."
+    )
+    status_code: Literal[503, 429] = Field(503, description="Status of a refused request.")
+    retry_after_s: float = Field(1.0, ge=0, description="The Retry-After header of a refusal.")
+
+    def serve_options(self) -> dict[str, Any]:
+        from ray.serve.config import BackpressureConfig
+
+        return {
+            "max_queued_requests": self.max_queued_requests,
+            "backpressure_config": BackpressureConfig(
+                status_code=self.status_code, retry_after_s=self.retry_after_s
+            ),
+        }
+
+
+class ReplicaScaling(StrictModel):
+    """Replica count, concurrency and backpressure of one engine deployment."""
+
+    num_replicas: int = Field(1, ge=1, description="Replicas when autoscaling is off.")
+    max_ongoing_requests: int = Field(
+        256, gt=0, description="Requests one replica accepts at once."
+    )
+    autoscaling: AutoscalingSettings | None = Field(
+        None, description="Scale replicas on queue depth; unset = a fixed num_replicas."
+    )
+    backpressure: BackpressureSettings = Field(
+        default_factory=BackpressureSettings, description="Bounded queue in front of replicas."
+    )
+    resources: ReplicaResources = Field(
+        default_factory=ReplicaResources, description="Resources of each replica."
+    )
+    graceful_shutdown_timeout_s: float = Field(
+        120.0, ge=0, description="A replica stopped by a scale-down or redeploy first finishes "
+        "its in-flight requests (open streams) for up to this long; Serve's default is 20 s, "
+        "shorter than a long generation.",
+    )
+    graceful_shutdown_wait_loop_s: float = Field(
+        1.0, gt=0, description="How often a stopping replica checks whether its requests ended."
+    )
+
+    def replica_options(self) -> dict[str, Any]:
+        """Serve deployment options for replica count, concurrency, backpressure and drain."""
+        options: dict[str, Any] = {
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "graceful_shutdown_wait_loop_s": self.graceful_shutdown_wait_loop_s,
+        }
+        if self.autoscaling is None:
+            options["num_replicas"] = self.num_replicas
+        else:
+            options["autoscaling_config"] = self.autoscaling.serve_options()
+        return options | self.backpressure.serve_options()
