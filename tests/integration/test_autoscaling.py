@@ -20,8 +20,10 @@ def autoscaling_config() -> dict:
         "model": {"ref": "tiny-qwen2", "max_model_len": 1024, "dtype": "float32"},
         "vllm": {
             "route_prefix": PREFIX,
-            # one core per replica (num_cpus 1): the second replica starts beside a busy first one
-            "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 8, "cpu_threads": 1},
+            # One core per replica (num_cpus 1): the second replica starts beside a busy first one.
+            # The engine core in the replica: no second torch + vLLM import in a child process.
+            "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 8, "cpu_threads": 1,
+                       "engine_core": "inprocess"},
             "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_queue_depth": 4,
                             "upscale_delay_s": 1, "downscale_delay_s": 8, "look_back_period_s": 2},
         },
