@@ -33,13 +33,14 @@ def child_thread_ids() -> set[int]:
 
 def lower_priority(tids: Iterable[int], niceness: int) -> int:
     """Raise each thread's niceness to `niceness` (never lower it: that needs privilege).
-    Returns how many threads changed; a thread that has exited is skipped."""
+    Returns how many threads changed; a thread that has exited or is not ours to change is
+    skipped: a replica serves either way."""
     changed = 0
     for tid in tids:
         try:
             if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
                 os.setpriority(os.PRIO_PROCESS, tid, niceness)
                 changed += 1
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             continue
     return changed

@@ -115,3 +115,12 @@ def test_gpu_or_none_leaves_priorities_alone() -> None:
             yield_cpu_to_control_plane(config)
             assert niceness(engine_thread) == own
         assert niceness(threading.get_native_id()) == own
+
+
+def test_a_thread_we_may_not_change_is_skipped(monkeypatch) -> None:
+    def refuse(*args: int) -> None:
+        raise PermissionError("not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    with parked_thread() as tid:
+        assert lower_priority([tid], 19) == 0
