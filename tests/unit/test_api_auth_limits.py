@@ -258,7 +258,7 @@ def test_hf_sampling_with_a_tiny_temperature_is_greedy() -> None:
     import torch
 
     from serving.engines.base import SamplingSpec
-    from serving.engines.hf import Row, choose_token
+    from serving.engines.hf_rows import Row, choose_token
 
     logits = torch.tensor([0.0, 3.0, 1.0])
     for temperature in (1e-300, 1e-6):

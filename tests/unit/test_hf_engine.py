@@ -14,7 +14,8 @@ import torch
 
 from serving.config import PlatformConfig
 from serving.engines.base import Delta, SamplingSpec
-from serving.engines.hf import MODES, HFEngine, Row, choose_token, find_stop
+from serving.engines.hf import MODES, HFEngine
+from serving.engines.hf_rows import Row, choose_token, find_stop
 from serving.models import TINY_REF, resolve_model
 
 PROMPT = "The capital of France is"
