@@ -83,10 +83,19 @@ class RayServices:
         name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
         current = self.get(name, namespace)
         if current is None:
-            created = self.api.create_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, desired
-            )
-            return "created", created
+            try:
+                created = self.api.create_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, desired
+                )
+                return "created", created
+            except kubernetes.client.ApiException as err:
+                # 409: created between our get and create (the status timer and the create
+                # handler can race on a new LLMService); treat it as existing, not as an error.
+                if err.status != 409:
+                    raise
+                current = self.get(name, namespace)
+                if current is None:
+                    raise
         if owner_uid is not None and owner_uid not in owner_uids(current):
             raise OwnershipError(
                 f"RayService {namespace}/{name} already exists and is not owned by this "

@@ -127,7 +127,10 @@ def register(registry: kopf.OperatorRegistry, sync_interval_s: float = SYNC_INTE
         cause(*RESOURCE, registry=registry)(reconcile)
     kopf.on.update(*RESOURCE, field="spec", registry=registry)(reconcile)
     kopf.on.delete(*RESOURCE, registry=registry)(delete)
-    kopf.timer(*RESOURCE, interval=sync_interval_s, registry=registry)(follow)
+    # A failed sync (API or network hiccup) retries at the next tick, not after kopf's 60 s.
+    kopf.timer(*RESOURCE, interval=sync_interval_s, backoff=sync_interval_s, registry=registry)(
+        follow
+    )
 
 
 register(kopf.get_default_registry())  # what `kopf run -m operators.llmservice` runs

@@ -290,7 +290,11 @@ class FakeCustomObjects:
     def create_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
     ) -> dict[str, Any]:
+        from kubernetes.client import ApiException
+
         self.calls.append("create")
+        if (namespace, body["metadata"]["name"]) in self.objects:
+            raise ApiException(status=409, reason="AlreadyExists")
         self.objects[namespace, body["metadata"]["name"]] = copy.deepcopy(body)
         return body
 
@@ -340,3 +344,27 @@ def test_apply_and_delete_leave_a_foreign_rayservice_alone() -> None:
         services.apply(render_rayservice("qwen", "ns", spec(), owner=OWNER), owner_uid="u-1")
     assert services.delete("qwen", "ns", owner_uid="u-1") is False
     assert "delete" not in api.calls and ("ns", "qwen") in api.objects
+
+
+def test_apply_that_loses_a_create_race_patches_the_winner() -> None:
+    """The status timer and the create handler can both see no RayService and both create it."""
+    api = FakeCustomObjects()
+    services = kube.RayServices(api)
+    desired = render_rayservice("qwen", "ns", spec(), owner=OWNER)
+    real_get = api.get_namespaced_custom_object
+    gets = 0
+
+    def get_that_misses_the_other_create(*args: Any) -> dict[str, Any]:
+        nonlocal gets
+        gets += 1
+        if gets == 1:  # the other handler creates it right after our first look
+            api.objects["ns", "qwen"] = copy.deepcopy(desired)
+            from kubernetes.client import ApiException
+
+            raise ApiException(status=404)
+        return real_get(*args)
+
+    api.get_namespaced_custom_object = get_that_misses_the_other_create  # type: ignore[method-assign]
+    action, current = services.apply(desired, owner_uid="u-1")
+    assert action == "unchanged" and current["spec"] == desired["spec"]
+    assert api.calls.count("create") == 1
