@@ -54,7 +54,7 @@ def apply_overrides(config: PlatformConfig, model: str | None, port: int | None)
 def print_ready(ep: Any) -> None:
     curl_body = json.dumps(
         {"model": ep.model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-         "max_tokens": 32}
+         "max_tokens": 32, "temperature": 0}
     )
     click.echo("llm-serving is up")
     click.echo(f"  model          {ep.model}")
