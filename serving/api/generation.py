@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from openai.types import Completion, CompletionChoice, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
@@ -18,7 +19,7 @@ from serving.api import limits as lim
 from serving.api.errors import APIError
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from serving.config import RequestLimits
-from serving.engines.base import Delta, Engine, SamplingSpec
+from serving.engines.base import MODEL_SAMPLING_FIELDS, Delta, Engine, SamplingSpec
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI legacy completions default
 
@@ -108,27 +109,39 @@ def resolve_max_tokens(requested: int | None, default: int | None, prompt_len: i
     return max_tokens
 
 
-def sampling_spec(request: SamplingRequest, max_tokens: int, choice: int) -> SamplingSpec:
+def sampling_values(request: SamplingRequest, defaults: dict[str, float]) -> dict[str, Any]:
+    """The request's sampling fields; one it leaves out takes the model's default, if any."""
+    values: dict[str, Any] = {}
+    for key in MODEL_SAMPLING_FIELDS:
+        value = getattr(request, key)
+        value = defaults.get(key) if value is None else value
+        if value is not None:
+            values[key] = value
+    if values.get("top_k", 0) < 0:  # OpenAI-style -1 and vLLM's 0 both mean "every token"
+        values["top_k"] = 0
+    return values
+
+
+def sampling_spec(
+    request: SamplingRequest, max_tokens: int, choice: int, defaults: dict[str, float] | None = None
+) -> SamplingSpec:
     seed = None if request.seed is None else request.seed + choice
     return SamplingSpec(
         max_tokens=max_tokens,
-        temperature=request.temperature,
-        top_p=request.top_p,
         stop=tuple(request.stop_list),
         seed=seed,
         ignore_eos=request.ignore_eos,
         min_tokens=min(request.min_tokens, max_tokens),
-        presence_penalty=request.presence_penalty,
-        frequency_penalty=request.frequency_penalty,
         mode=request.mode,
         timings=request.timings,
+        **sampling_values(request, defaults or {}),
     )
 
 
 def plan_jobs(
     request_id: str, request: SamplingRequest, prompts: list[list[int]], token_limit: int | None,
     default_max_tokens: int | None, max_model_len: int, limits: RequestLimits | None = None,
-    prompt_param: str = "prompt",
+    prompt_param: str = "prompt", sampling_defaults: dict[str, float] | None = None,
 ) -> list[Job]:
     lim.check_max_tokens(token_limit, limits, "max_tokens")
     default_max_tokens = lim.default_max_tokens(default_max_tokens, limits)
@@ -138,7 +151,7 @@ def plan_jobs(
         max_tokens = resolve_max_tokens(token_limit, default_max_tokens, len(ids), max_model_len)
         for c in range(request.n):
             index = p * request.n + c
-            spec = sampling_spec(request, max_tokens, c)
+            spec = sampling_spec(request, max_tokens, c, sampling_defaults)
             jobs.append(Job(index, p, c, f"{request_id}-{index}", ids, spec))
     return jobs
 
@@ -149,7 +162,7 @@ def completion_jobs(
     prompts = [tokenize_prompt(engine, prompt) for prompt in request.prompts()]
     return plan_jobs(
         request_id, request, prompts, request.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS,
-        engine.max_model_len, limits,
+        engine.max_model_len, limits, sampling_defaults=engine.sampling_defaults,
     )
 
 
@@ -160,7 +173,7 @@ def chat_jobs(
     prompt = chat_prompt_ids(engine, request)
     return plan_jobs(
         request_id, request, [prompt], request.token_limit, None, engine.max_model_len, limits,
-        prompt_param="messages",
+        prompt_param="messages", sampling_defaults=engine.sampling_defaults,
     )
 
 

@@ -51,14 +51,25 @@ class SamplingRequest(UnicodeRequest):
 
     model: str
     max_tokens: int | None = Field(None, ge=1, description="Tokens to generate per choice.")
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    # Sampling fields left out take the model's generation_config value, else the neutral one
+    # (temperature 1, top_p 1, top_k off, penalties off), as `vllm serve` does.
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    # int32: the engine keeps top_k in an int32 tensor.
+    top_k: int | None = Field(
+        None, ge=-1, le=2**31 - 1, description="Extension (vLLM): -1 or 0 = every token."
+    )
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="Extension (vLLM).")
+    # Bounded where sampling stays finite: logits divided by a tiny penalty overflow to inf.
+    repetition_penalty: float | None = Field(
+        None, ge=0.01, le=10.0, description="Extension (vLLM): > 1 discourages repeats."
+    )
     n: int = Field(1, ge=1, le=16)
     stop: Stop = None
     # int64, as OpenAI documents it: torch and vLLM seed generators overflow beyond it.
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None

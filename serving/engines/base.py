@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ class SamplingSpec:
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0 = every token
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the prompt or output
     stop: tuple[str, ...] = ()
     seed: int | None = None
     ignore_eos: bool = False
@@ -52,6 +56,7 @@ class Engine(Protocol):
     tokenizer: Any  # a transformers tokenizer: chat template and prompt token counts
     modes: tuple[str, ...]  # generation modes a request may pick with `mode`; () = none
     startup_timings: dict[str, float]  # seconds per start-up phase, for the autoscaling report
+    sampling_defaults: dict[str, float]  # the model's generation_config sampling values
 
     def generate(
         self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec
@@ -66,6 +71,31 @@ class Engine(Protocol):
     async def check_health(self) -> None:
         """Raise if the engine cannot serve."""
         ...
+
+
+# Sampling fields a model's generation_config.json may set, as vLLM reads them (its
+# `--generation-config auto`, the default of `vllm serve`): they replace the neutral defaults of
+# a request that leaves them out. `max_new_tokens` is not taken: max_tokens has its own default.
+MODEL_SAMPLING_FIELDS = (
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+    "frequency_penalty",
+)
+
+
+def model_sampling_defaults(model_dir: Any) -> dict[str, float]:
+    """The sampling values the model's generation_config.json sets away from transformers'
+    defaults (the same diff vLLM takes); {} when the model has none."""
+    from transformers import GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(model_dir)
+    except OSError:  # no generation_config.json
+        return {}
+    diff = config.to_diff_dict()
+    values = {key: diff[key] for key in MODEL_SAMPLING_FIELDS if diff.get(key) is not None}
+    if values:  # as vLLM says it: a request that omits these gets the model creator's values
+        logging.getLogger(__name__).info("default sampling from generation_config: %s", values)
+    return values
 
 
 def cpu_cores() -> int:

@@ -34,7 +34,13 @@ from transformers import (
 )
 
 from serving.config import HFDeploymentConfig, PlatformConfig
-from serving.engines.base import Delta, EngineStats, FinishReason, SamplingSpec
+from serving.engines.base import (
+    Delta,
+    EngineStats,
+    FinishReason,
+    SamplingSpec,
+    model_sampling_defaults,
+)
 from serving.engines.hf_rows import (
     Row,
     choose_token,
@@ -92,6 +98,7 @@ class HFEngine:
     def __init__(self, model: Any, tokenizer: Any, model_name: str, max_model_len: int,
                  settings: HFDeploymentConfig) -> None:
         self.startup_timings: dict[str, float] = {}
+        self.sampling_defaults: dict[str, float] = {}
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -123,7 +130,9 @@ class HFEngine:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         limit = getattr(model.config, "max_position_embeddings", None) or config.model.max_model_len
         max_len = min(config.model.max_model_len, limit)
-        return cls(model, tokenizer, config.model.name, max_len, config.hf)
+        engine = cls(model, tokenizer, config.model.name, max_len, config.hf)
+        engine.sampling_defaults = model_sampling_defaults(model_dir)
+        return engine
 
     # --- event-loop side ---------------------------------------------------------------------
 

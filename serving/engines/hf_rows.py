@@ -1,6 +1,6 @@
 """The HF baseline's per-request state and the pure sampling helpers every mode shares
-(temperature, top_p, seed, penalties, stop strings, left padding), so a seeded request gives the
-same tokens in every mode."""
+(temperature, top_p/top_k/min_p, seed, penalties, stop strings, left padding), so a seeded request
+gives the same tokens in every mode."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import TopPLogitsWarper
+from transformers import (
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from serving.engines.base import Delta, FinishReason, SamplingSpec
 
@@ -55,6 +60,9 @@ def choose_token(logits: torch.Tensor, row: Row, eos_ids: list[int]) -> int:
     """Next token of one row from its last-position logits (OpenAI sampling semantics)."""
     spec = row.spec
     logits = logits.float().clone()
+    if spec.repetition_penalty != 1.0:  # vLLM's: over the prompt and the output so far
+        seen = torch.tensor([row.prompt_ids + row.output_ids], device=logits.device)
+        logits = RepetitionPenaltyLogitsProcessor(spec.repetition_penalty)(seen, logits[None])[0]
     if row.output_ids and (spec.presence_penalty or spec.frequency_penalty):
         counts = torch.bincount(
             torch.tensor(row.output_ids, device=logits.device), minlength=logits.shape[-1]
@@ -67,6 +75,11 @@ def choose_token(logits: torch.Tensor, row: Row, eos_ids: list[int]) -> int:
     if spec.temperature < GREEDY_TEMPERATURE:
         return int(logits.argmax())
     logits = logits / spec.temperature
+    # The order of vLLM's sampler: temperature, min_p, then top_k and top_p.
+    if spec.min_p > 0.0:
+        logits = MinPLogitsWarper(spec.min_p)(None, logits[None])[0]
+    if spec.top_k > 0:
+        logits = TopKLogitsWarper(spec.top_k)(None, logits[None])[0]
     if spec.top_p < 1.0:
         logits = TopPLogitsWarper(spec.top_p)(None, logits[None])[0]
     probs = torch.softmax(logits, dim=-1)

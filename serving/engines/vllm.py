@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.config import PlatformConfig
-from serving.engines.base import Delta, EngineStats, SamplingSpec
+from serving.engines.base import Delta, EngineStats, SamplingSpec, model_sampling_defaults
 from serving.engines.cpu_priority import child_thread_ids, lower_priority, thread_ids
 from serving.engines.vllm_startup import (
     install_phase_log,
@@ -95,6 +95,9 @@ def sampling_params(spec: SamplingSpec):
         max_tokens=spec.max_tokens,
         temperature=spec.temperature,
         top_p=spec.top_p,
+        top_k=spec.top_k,
+        min_p=spec.min_p,
+        repetition_penalty=spec.repetition_penalty,
         stop=list(spec.stop) or None,
         seed=spec.seed,
         ignore_eos=spec.ignore_eos,
@@ -148,6 +151,7 @@ class VLLMEngine:
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.tokenizer = llm.tokenizer
+        self.sampling_defaults: dict[str, float] = {}
         self._snapshot = snapshot
         self._aborted_total = 0
 
@@ -177,6 +181,7 @@ class VLLMEngine:
         finally:
             remove_phase_log(phase_log)
         engine = cls(llm, config.model.name, config.model.max_model_len, snapshot)
+        engine.sampling_defaults = model_sampling_defaults(model_dir)
         engine.startup_timings = {
             "import_vllm": round(imported - started, 2),
             "engine_config": round(configured - imported, 2),

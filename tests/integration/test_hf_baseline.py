@@ -87,6 +87,16 @@ def test_completion_stream_and_seeded_sampling(client: openai.OpenAI, platform: 
     assert streamed == again and streamed
 
 
+@pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}])
+def test_vllm_sampling_extensions_narrow_to_the_greedy_token(
+    client: openai.OpenAI, platform: Platform, reference_text: str, narrow: dict
+) -> None:
+    args = {"model": platform.model, "prompt": "The capital of France is", "max_tokens": 6,
+            "temperature": 1.0, "extra_body": {"ignore_eos": True, **narrow}}
+    sampled = {client.completions.create(**args, seed=s).choices[0].text for s in (1, 2)}
+    assert sampled == {reference_text}
+
+
 def test_stop_string_ends_the_choice(client: openai.OpenAI, platform: Platform) -> None:
     request = {"model": platform.model, "prompt": "Once upon a time", "max_tokens": 20,
                "seed": 5, "temperature": 1.0, "extra_body": {"ignore_eos": True}}

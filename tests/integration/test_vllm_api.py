@@ -68,6 +68,18 @@ def test_seed_makes_sampling_reproducible(platform: Platform) -> None:
     assert first != other
 
 
+@pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}])
+def test_vllm_sampling_extensions_narrow_to_the_greedy_token(platform: Platform, narrow) -> None:
+    client = platform.client()
+    args = dict(model=platform.model, prompt="Once upon a time", max_tokens=8,
+                extra_body={"ignore_eos": True})
+    greedy = client.completions.create(**args, **GREEDY).choices[0].text
+    args["extra_body"] = {"ignore_eos": True, **narrow}
+    sampled = {client.completions.create(**args, temperature=1.0, seed=s).choices[0].text
+               for s in (1, 2)}
+    assert sampled == {greedy}
+
+
 def test_stop_string_cuts_the_text(platform: Platform) -> None:
     client = platform.client()
     args = dict(model=platform.model, prompt="Numbers:", max_tokens=12, **GREEDY)

@@ -31,11 +31,13 @@ class FakeEngine:
     max_model_len = 64
     modes: tuple[str, ...] = ("fast",)
     startup_timings: dict[str, float] = {}
+    sampling_defaults: dict[str, float] = {}
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.tokenizer = WordTokenizer()
         self.delay_s = delay_s
         self.started: list[str] = []
+        self.sampled: list[SamplingSpec] = []  # what each request asked the engine for
         self.aborted: list[str] = []
         self.running = 0
 
@@ -43,6 +45,7 @@ class FakeEngine:
         self, request_id: str, prompt_token_ids: list[int], sampling: SamplingSpec
     ) -> AsyncIterator[Delta]:
         self.started.append(request_id)
+        self.sampled.append(sampling)
         self.running += 1
         offset = (sampling.seed or 0) + len(prompt_token_ids)
         try:

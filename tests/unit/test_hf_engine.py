@@ -210,3 +210,20 @@ async def test_stats_count_queued_requests(engine: HFEngine, prompt_ids: list[in
     await asyncio.gather(*jobs)
     await wait_idle(engine)
     assert engine.stats().waiting == 0
+
+
+def test_the_engine_takes_the_model_sampling_defaults(tmp_path: Any) -> None:
+    import json
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(resolve_model(TINY_REF), model_dir)
+    generation = json.loads((model_dir / "generation_config.json").read_text())
+    generation.update({"temperature": 0.6, "top_k": 7, "max_new_tokens": 50})
+    (model_dir / "generation_config.json").write_text(json.dumps(generation))
+    config = PlatformConfig.model_validate({"model": {"ref": str(model_dir), "dtype": "float32"}})
+    hf = HFEngine.load(config, model_dir)
+    try:
+        assert hf.sampling_defaults == {"temperature": 0.6, "top_k": 7}
+    finally:
+        hf.shutdown()
