@@ -90,6 +90,10 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
     from serving import local
 
     config = apply_overrides(load_config(config_path), model, port)
+    if config.vllm.enabled:
+        from serving.engines.vllm_args import check_server_args
+
+        check_server_args(config)  # vLLM's own parser: a bad option fails here, not in a replica
     click.echo(f"preparing model '{config.model.ref}' ...")
     resolve_model(config.model.ref, config.model.cache_dir)
     click.echo("starting Ray and Serve ...")

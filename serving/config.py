@@ -59,6 +59,14 @@ class VLLMDeploymentConfig(ReplicaScaling):
     engine: VLLMEngineConfig = Field(
         default_factory=VLLMEngineConfig, description="vLLM engine arguments."
     )
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any other `vllm serve` option by name, as in a `vllm serve --config` YAML "
+        "(e.g. enable_auto_tool_choice: true, tool_call_parser: hermes, chat_template, "
+        "reasoning_parser, max_logprobs, enable_prefix_caching, enable_lora). vLLM's own parser "
+        "checks them: an unknown option or a bad value fails at start with vLLM's message.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
 
 
 HFMode = Literal["generate", "no-cache", "kv-cache", "static-batch"]

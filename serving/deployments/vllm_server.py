@@ -1,11 +1,14 @@
-"""The vLLM deployment: a FastAPI ingress that IS the model server (no extra hop), one AsyncLLM
-per replica, one GPU per replica on GPU clusters. Continuous batching happens inside the engine,
-so a replica accepts many requests at once (`max_ongoing_requests`)."""
+"""The vLLM deployment: each replica runs one vLLM engine and serves it through vLLM's own OpenAI
+app (`vllm.entrypoints`: every route and API feature of `vllm serve`), built from the replica's
+`vllm serve` options and wrapped with the platform's keys, limits and metrics. One GPU per replica
+on GPU clusters. Continuous batching happens inside the engine, so a replica accepts many
+requests at once (`max_ongoing_requests`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import types
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,7 +16,7 @@ from ray import serve
 from ray.serve import Application
 
 from serving.api.auth import key_ring
-from serving.api.routes import build_openai_app
+from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import PlatformConfig, ReplicaResources
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
@@ -29,6 +32,22 @@ def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> d
     return options
 
 
+async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
+    """vLLM's OpenAI app over this replica's engine, as `vllm serve` builds it
+    (`build_app` + `init_app_state`, the way Ray Serve LLM serves vLLM's native app)."""
+    from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+    from vllm.entrypoints.launchers.app import build_app
+
+    tasks = await engine.llm.get_supported_tasks()
+    app = build_app(engine.args, supported_tasks=tasks, model_config=engine.llm.model_config)
+    await init_app_state(engine.llm, app.state, engine.args, supported_tasks=tasks)
+    # vLLM's engine-error handler flips `should_exit` on the uvicorn server its launcher keeps
+    # here; Serve runs no such server (a dead engine fails check_health and the replica is
+    # replaced), but the attribute must exist.
+    app.state.server = types.SimpleNamespace(should_exit=False)
+    return app
+
+
 @serve.deployment(name="VLLMServer", health_check_period_s=10, health_check_timeout_s=30)
 @serve.ingress()
 class VLLMServer:
@@ -37,20 +56,21 @@ class VLLMServer:
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
         resolved = time.perf_counter()
-        self.engine = VLLMEngine.start(self.config, model_dir)
+        self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
+        self.engine = VLLMEngine.start(self.config, model_dir, self.metrics)
+        self.openai_app = wrap_vllm_app(
+            await build_vllm_openai_app(self.engine), self.engine, self.metrics,
+            self.config.limits, key_ring(self.config.auth),
+        )
         self.engine.startup_timings = {
             "resolve_model": round(resolved - started, 2),
             **self.engine.startup_timings,
             "replica_total": round(time.perf_counter() - started, 2),
         }
-        self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_openai_app(
-            self.engine, title="llm-serving (vLLM)", metrics=self.metrics,
-            limits=self.config.limits, keys=key_ring(self.config.auth),
-        )
+    def __serve_build_asgi_app__(self) -> WrappedApp:
+        return self.openai_app
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""

@@ -16,6 +16,7 @@ copied (on CPU vLLM runs its workers as processes either way).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -32,7 +33,8 @@ import httpx
 
 from serving.config import PlatformConfig
 from serving.engines.base import cpu_cores
-from serving.engines.vllm import engine_args, vllm_env
+from serving.engines.vllm import vllm_env
+from serving.engines.vllm_args import server_options
 from serving.loadgen.client import Target
 from serving.models import resolve_model
 
@@ -56,7 +58,7 @@ def free_port() -> int:
 
 
 def engine_cli_args(args: dict[str, Any]) -> list[str]:
-    """`AsyncEngineArgs` keyword arguments as vLLM command-line flags (None = vLLM's default)."""
+    """`vllm serve` options as command-line flags (None = vLLM's default; a mapping as JSON)."""
     flags: list[str] = []
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
@@ -66,6 +68,8 @@ def engine_cli_args(args: dict[str, Any]) -> list[str]:
             flags.append(flag)
         elif isinstance(value, list):
             flags += [flag, *map(str, value)]
+        elif isinstance(value, dict):
+            flags += [flag, json.dumps(value)]
         else:
             flags += [flag, str(value)]
     return flags
@@ -74,7 +78,8 @@ def engine_cli_args(args: dict[str, Any]) -> list[str]:
 def vllm_peer_command(
     config: PlatformConfig, model_dir: Path, served_name: str, port: int
 ) -> list[str]:
-    args = {**engine_args(config, model_dir), "served_model_name": [served_name]}
+    # The replica's own options (typed fields + vllm.args), so both servers answer alike.
+    args = {**server_options(config, model_dir), "served_model_name": [served_name]}
     return [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--host", "127.0.0.1", "--port", str(port), *engine_cli_args(args),
@@ -141,7 +146,7 @@ def vllm_peer(
 
 def ray_llm_config(config: PlatformConfig, model_dir: Path, served_name: str) -> dict[str, Any]:
     """`ray.serve.llm.LLMConfig` fields: same model and engine arguments, one replica on CPU or GPU."""
-    args = engine_args(config, model_dir)
+    args = server_options(config, model_dir)
     for key in ("model", "served_model_name", "distributed_executor_backend"):
         args.pop(key)
     device = "GPU" if config.vllm.resources.accelerator == "gpu" else "CPU"

@@ -102,13 +102,14 @@ class VLLMRunner:
     as the platform's vLLM deployment."""
 
     def __init__(self, config: PlatformConfig, model_dir: str) -> None:
-        from serving.engines.vllm import engine_args, vllm_env
+        from serving.engines.vllm import vllm_env
+        from serving.engines.vllm_args import engine_options
 
         for key, value in {**vllm_env(config), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items():
             os.environ.setdefault(key, value)
         from vllm import LLM
 
-        self.llm = LLM(**engine_args(config, model_dir))
+        self.llm = LLM(**engine_options(config, model_dir))
 
     def generate(self, prompts: list[str], new_tokens: int) -> Any:
         from vllm import SamplingParams

@@ -37,7 +37,10 @@ def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
         "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
         "http": {"host": "127.0.0.1", "port": port},
         "ray": {"num_cpus": 8, "dashboard_port": dashboard_port, "metrics_export_port": metrics_port},
-        "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32}},
+        "vllm": {
+            "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32},
+            "args": {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"},
+        },
     }
 
 

@@ -1,0 +1,180 @@
+"""What the platform adds around vLLM's own OpenAI app, without forking it: API keys, the body
+limit, the request deadline, prompt and max_tokens limits, status metrics and a `/health` that
+shows the engine's queue. vLLM's app keeps every route and its own errors; these wrap it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serving.api.auth import APIKeyAuth, KeyRing
+from serving.api.errors import APIError, error_body, error_response
+from serving.api.limits import BodySizeLimit, timeout_error
+from serving.config import RequestLimits
+from serving.metrics import PlatformMetrics
+
+
+def prompt_token_count(prompt: Any) -> int | None:
+    """Tokens of what vLLM's serving layer hands the engine (an `EngineCoreRequest` or a
+    tokens/engine input dict); None when it carries no token ids (e.g. a stream of inputs)."""
+    ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else getattr(
+        prompt, "prompt_token_ids", None)
+    return None if ids is None else len(ids)
+
+
+def check_engine_request(prompt: Any, sampling_params: Any, limits: RequestLimits) -> None:
+    """The platform's prompt and max_tokens limits, raised as vLLM's validation error (its app
+    answers 400 in the OpenAI shape). A request that sets no max_tokens gets the capped default
+    from the engine's generation config (`limits_generation_config`), so only an explicit value
+    can be over the cap."""
+    from vllm.exceptions import VLLMValidationError
+
+    prompt_len = prompt_token_count(prompt)
+    if limits.max_prompt_tokens is not None and prompt_len is not None \
+            and prompt_len > limits.max_prompt_tokens:
+        raise VLLMValidationError(
+            f"the prompt has {prompt_len} tokens; the limit is "
+            f"limits.max_prompt_tokens={limits.max_prompt_tokens}", parameter="prompt",
+            value=prompt_len)
+    requested = getattr(sampling_params, "max_tokens", None)
+    if limits.max_tokens is not None and requested is not None and requested > limits.max_tokens:
+        raise VLLMValidationError(
+            f"max_tokens={requested} is over the limit limits.max_tokens={limits.max_tokens}",
+            parameter="max_tokens", value=requested)
+
+
+def guard_generate(llm: Any, limits: RequestLimits) -> None:
+    """Check every request the app sends `llm` (completions, chat, responses alike) first."""
+    generate: Callable[..., AsyncIterator[Any]] = llm.generate
+
+    def guarded(prompt: Any, sampling_params: Any, request_id: str, *args: Any,
+                **kwargs: Any) -> AsyncIterator[Any]:
+        check_engine_request(prompt, sampling_params, limits)
+        return generate(prompt, sampling_params, request_id, *args, **kwargs)
+
+    llm.generate = guarded  # this engine only, ahead of vLLM's serving classes that call it
+
+
+class RequestDeadline:
+    """ASGI middleware: a request still running after `seconds` is cancelled (vLLM aborts it in
+    the engine) and answered 408, or, once its response has started, ended with an error event."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started: dict[str, Any] = {}
+
+        async def tracking_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started.update(message)
+            await send(message)
+
+        try:
+            await asyncio.wait_for(self.app(scope, receive, tracking_send), self.seconds)
+        except TimeoutError:
+            err = timeout_error(self.seconds)
+            if not started:
+                await error_response(err)(scope, receive, send)
+                return
+            body = error_body(err.message, err.status, err.param, err.code)
+            event = f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n".encode()
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+
+
+class StatusCounter:
+    """ASGI middleware counting responses by status when their headers go out. Plain ASGI, not
+    BaseHTTPMiddleware, so streams and client-disconnect cancellation pass through untouched."""
+
+    def __init__(self, app: ASGIApp, metrics: PlatformMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.record_status(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
+
+
+def replace_health(app: FastAPI, health: Callable[[], Any]) -> None:
+    """The platform's `/health` (engine queue, start-up timings) instead of vLLM's empty one."""
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/health"]
+    app.add_api_route("/health", health, methods=["GET"], include_in_schema=True)
+
+
+def engine_unhealthy(err: Exception) -> APIError:
+    return APIError(f"engine unhealthy: {err}", status=503, code="engine_unhealthy")
+
+
+def health_body(engine: Any, metrics: PlatformMetrics | None) -> dict[str, Any]:
+    stats = engine.stats()
+    return {
+        "status": "ok",
+        "model": engine.model_name,
+        "running": stats.running,
+        "waiting": stats.waiting,
+        "kv_cache_usage": stats.kv_cache_usage,
+        "aborted_total": stats.aborted_total,
+        "ttft_p50_ms_1m": metrics.ttft_p50_ms() if metrics else None,
+        "startup_s": engine.startup_timings,
+    }
+
+
+class WrappedApp:
+    """An ASGI app in front of a FastAPI app that has already built its middleware stack (vLLM's
+    does so while it is set up). Exception handlers still go to the inner app, as Serve adds its
+    own (back-pressure errors) to an ingress app that has `add_exception_handler`."""
+
+    def __init__(self, outer: ASGIApp, inner: FastAPI) -> None:
+        self.outer = outer
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.outer(scope, receive, send)
+
+    def add_exception_handler(self, exc: Any, handler: Any) -> None:
+        self.inner.add_exception_handler(exc, handler)
+
+
+def wrap_vllm_app(
+    app: FastAPI, engine: Any, metrics: PlatformMetrics | None, limits: RequestLimits,
+    keys: KeyRing | None,
+) -> WrappedApp:
+    """vLLM's app with the platform's guards: outermost the status count, then the API key,
+    the body limit, the deadline; the prompt and max_tokens limits sit on the engine."""
+    guard_generate(engine.llm, limits)
+
+    async def health() -> JSONResponse:
+        try:
+            await engine.check_health()
+        except Exception as err:
+            return error_response(engine_unhealthy(err))
+        return JSONResponse(health_body(engine, metrics))
+
+    replace_health(app, health)
+    outer: ASGIApp = app
+    if limits.request_timeout_s is not None:
+        outer = RequestDeadline(outer, limits.request_timeout_s)
+    outer = BodySizeLimit(outer, limits.max_body_bytes)
+    if keys is not None and keys.enabled:
+        outer = APIKeyAuth(outer, keys)  # a request without a key is refused before its body is read
+    if metrics is not None:
+        outer = StatusCounter(outer, metrics)
+    return WrappedApp(outer, app)
