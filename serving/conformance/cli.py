@@ -30,7 +30,10 @@ def run_all(specs: tuple[str, ...], model: str | None, api_key: str, timeout: fl
             output: Path | None, base: str | None) -> int:
     targets = parse_targets(specs)
     check_base(base, [t.name for t in targets])
-    models = {t.name: model or served_model(t, api_key, timeout) for t in targets}
+    # Listing the models first also turns an unreachable target into one error line.
+    models = {t.name: served_model(t, api_key, timeout) for t in targets}
+    if model:
+        models = dict.fromkeys(models, model)
     results: list[CaseResult] = []
     for target in targets:
         started = time.monotonic()

@@ -178,7 +178,7 @@ def test_command_errors_are_one_line() -> None:
     bad = runner.invoke(main, ["conformance", "--target", "nourl"])
     assert bad.exit_code == 1 and bad.output.strip().startswith("error: --target 'nourl'")
     port = free_port()  # nothing listens there
-    down = runner.invoke(main, ["conformance", "--target", f"gone=http://127.0.0.1:{port}/v1",
+    down = runner.invoke(main, ["conformance", "--target", f"gone=http://127.0.0.1:{port}/v1", "--model", "m",
                                 "--timeout", "5"])
     assert down.exit_code == 1
     assert down.output.strip().splitlines() == [
