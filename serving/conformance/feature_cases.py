@@ -21,6 +21,10 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Current weather in a city.",
+        # Asks for arguments that follow the schema: vLLM 0.32 constrains tool arguments to the
+        # schema only for `strict` tools (its default --tool-strict-level auto); without it the
+        # default model answered `"Paris"` instead of {"city": "Paris"}.
+        "strict": True,
         "parameters": {
             "type": "object",
             "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
