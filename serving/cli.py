@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from serving.analysis.cli import analyze
+from serving.conformance.cli import conformance
 from serving.config import ConfigError, PlatformConfig, load_config
 from operators.crd import crd_command
 from serving.k8s_cli import render
@@ -184,6 +185,7 @@ def format_engine(health: dict) -> str:
 
 main.add_command(analyze)
 main.add_command(bench)
+main.add_command(conformance)
 main.add_command(render)
 render.add_command(crd_command)  # `render crd`: the operator's LLMService CRD
 
