@@ -287,6 +287,12 @@ class FakeCustomObjects:
             raise ApiException(status=404)
         return copy.deepcopy(self.objects[namespace, name])
 
+    def get_api_resources(self, group: str, version: str) -> Any:
+        """Discovery of ray.io/v1: KubeRay is installed here (not a recorded call)."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(resources=[SimpleNamespace(name="rayservices")])
+
     def create_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
     ) -> dict[str, Any]:
