@@ -57,7 +57,7 @@ def test_rendered_rayservice_is_owned_and_carries_the_knobs() -> None:
         4,
     )
     (container,) = group["template"]["spec"]["containers"]
-    assert container["image"] == "llm-serving-gpu:0.1.0"
+    assert container["image"] == "registry.example.com/llm-serving/llm-serving-gpu:0.1.0"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["resources"]["requests"] == {"cpu": "4", "memory": "24Gi"}
     serve = yaml.safe_load(doc["spec"]["serveConfigV2"])
