@@ -241,3 +241,12 @@ def test_helm_test_pod_checks_a_chat_completion() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["URL"] == "http://llm-serving-api.default.svc:8000"
     assert "/v1/chat/completions" in container["args"][0] and "choices" in container["args"][0]
+
+
+def test_replicas_panel_survives_scrapes_without_the_gauge() -> None:
+    """Ray exports the replica gauge in about one scrape in five; a range function skips the
+    staleness markers between, so the panel does not blink out."""
+    dashboard = json.loads((CHART_DIR / "dashboards" / "llm-serving.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    replica = [e for e in exprs if "ray_serve_deployment_replica_healthy" in e]
+    assert replica and all("last_over_time(ray_serve_deployment_replica_healthy[" in e for e in replica)
