@@ -15,6 +15,7 @@ import yaml
 from operators.spec import (
     GROUP,
     KIND,
+    MAX_NAME_LENGTH,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -131,6 +132,15 @@ def crd_manifest() -> dict[str, Any]:
                             "type": "object",
                             "description": "A model served by Ray Serve + vLLM on KubeRay.",
                             "required": ["spec"],
+                            # KubeRay refuses RayService names over 47 characters (it derives
+                            # RayCluster, pod and Service names from them): refuse them here.
+                            "x-kubernetes-validations": [
+                                {
+                                    "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+                                    "message": f"metadata.name must be at most {MAX_NAME_LENGTH} "
+                                    "characters (KubeRay's limit for the RayService it becomes)",
+                                }
+                            ],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -24,6 +24,9 @@ WORKER_RESOURCES: dict[str, dict[str, Any]] = {
     "gpu": {"requests": {"cpu": "4", "memory": "24Gi"}, "limits": {"cpu": "4", "memory": "24Gi"}},
     "cpu": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}},
 }
+CPU_APP_GROUP = {"replicas": 1, "minReplicas": 1, "maxReplicas": 2}  # workers.cpu, for HF/analysis
+UPGRADE_STRATEGY = "NewCluster"  # values.yaml ray.upgradeStrategy
+WORKER_SCALING_ANNOTATION = "llm-serving.io/worker-scaling"
 GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 
 AUTOSCALER: dict[str, Any] = {

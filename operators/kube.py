@@ -18,6 +18,16 @@ class OwnershipError(RuntimeError):
     """A RayService of that name exists but another object (or nobody) controls it."""
 
 
+class KubeRayMissing(RuntimeError):
+    """The cluster serves no ray.io/v1 RayService: KubeRay's CRDs are not installed."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this cluster has no KubeRay CRDs (ray.io/v1 RayService): install the KubeRay "
+            "operator (chart kuberay-operator); the LLMService is deployed once they exist"
+        )
+
+
 def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
     """RFC 7386 patch turning `current` into `desired` (null deletes a key; lists replace)."""
     patch: dict[str, Any] = {key: None for key in current.keys() - desired.keys()}
@@ -67,14 +77,27 @@ class RayServices:
         return self._api
 
     def get(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """The RayService, None when absent; KubeRayMissing when no cluster could have one (the
+        API answers 404 for a missing object and for a missing resource type alike)."""
         try:
             return self.api.get_namespaced_custom_object(
                 RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
             )
         except kubernetes.client.ApiException as err:
             if err.status == 404:
+                if not self.kuberay_installed():
+                    raise KubeRayMissing() from None
                 return None
             raise
+
+    def kuberay_installed(self) -> bool:
+        try:
+            found = self.api.get_api_resources(RAY_GROUP, RAY_VERSION)
+        except kubernetes.client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return any(resource.name == RAY_PLURAL for resource in found.resources or [])
 
     def apply(
         self, desired: dict[str, Any], owner_uid: str | None

@@ -46,6 +46,13 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     render.render_rayservice("warm-up", "default", {"image": "warm-up"})
 
 
+REJECTION_REASONS = {
+    SpecError: "InvalidSpec",
+    kube.OwnershipError: "RayServiceConflict",
+    kube.KubeRayMissing: "KubeRayMissing",
+}
+
+
 def _apply(
     name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, ray_services: kube.RayServices
 ) -> None:
@@ -55,8 +62,8 @@ def _apply(
         spec = parse_spec(dict(body.get("spec") or {}))
         desired = render.render_rayservice(name, namespace, spec, owner=dict(body))
         action, current = ray_services.apply(desired, owner_uid=meta.get("uid"))
-    except (SpecError, kube.OwnershipError) as err:
-        reason = "InvalidSpec" if isinstance(err, SpecError) else "RayServiceConflict"
+    except (SpecError, kube.OwnershipError, kube.KubeRayMissing) as err:
+        reason = REJECTION_REASONS[type(err)]
         patch.status.update(status.rejected_status(reason, str(err), generation, old, now()))
         kopf.warn(body, reason=reason, message=str(err))
         return
@@ -94,7 +101,18 @@ def follow(
         spec = parse_spec(dict(body.get("spec") or {}))
     except SpecError:
         return  # the Degraded condition already says why
-    rayservice = memo.ray_services.get(name, namespace)
+    try:
+        rayservice = memo.ray_services.get(name, namespace)
+    except kube.KubeRayMissing as err:  # report once; the timer retries until KubeRay exists
+        old = dict(body.get("status") or {})
+        generation = body["metadata"].get("generation")
+        new = status.rejected_status(
+            "KubeRayMissing", str(err), generation, old.get("conditions", []), now()
+        )
+        changes = kube.merge_patch({k: old.get(k) for k in new}, new)
+        if changes:
+            patch.status.update(changes)
+        return
     if rayservice is None:
         _apply(name, namespace, body, patch, memo.ray_services)
         return
@@ -113,6 +131,7 @@ def follow(
         old.get("conditions", []),
         now(),
     )
+    new = status.keep_last_replicas(new, old, now())
     changes = kube.merge_patch({k: old.get(k) for k in new}, new)
     if changes:  # an unchanged status is not written: no needless watch events
         patch.status.update(changes)

@@ -10,6 +10,9 @@ resources -> the group's resources; the LLMService name plays the release name a
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import math
 from typing import Any
 
 import yaml
@@ -134,7 +137,12 @@ def prefetch_container(spec: LLMServiceSpec) -> Doc:
 
 
 def pod_template(
-    name: str, spec: LLMServiceSpec, role: str, resources: Doc, tolerations: list[Doc]
+    name: str,
+    spec: LLMServiceSpec,
+    role: str,
+    resources: Doc,
+    tolerations: list[Doc],
+    annotations: dict[str, str] | None = None,
 ) -> Doc:
     pod: Doc = {}
     if role != "head":
@@ -151,7 +159,10 @@ def pod_template(
         "app.kubernetes.io/instance": name,
         "app.kubernetes.io/component": f"ray-{role}",
     }
-    return {"metadata": {"labels": pod_labels}, "spec": pod}
+    metadata: Doc = {"labels": pod_labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": pod}
 
 
 def worker_resources(spec: LLMServiceSpec) -> Doc:
@@ -167,6 +178,13 @@ def worker_resources(spec: LLMServiceSpec) -> Doc:
     return resources
 
 
+def gpu_ray_start_params(spec: LLMServiceSpec) -> dict[str, str]:
+    """GPU workers advertise only the CPUs their vLLM replicas reserve: CPU-only replicas (a CPU
+    copy of the model each) go to the CPU group, never beside vLLM (the chart does the same)."""
+    per_replica = spec.platform.vllm.resources.num_cpus
+    return {"num-cpus": str(math.ceil(per_replica * spec.gpus_per_replica))}
+
+
 def worker_group(name: str, spec: LLMServiceSpec) -> Doc:
     kind = "gpu" if spec.gpus_per_replica else "cpu"
     tolerations = d.GPU_TOLERATIONS if kind == "gpu" else []
@@ -175,9 +193,53 @@ def worker_group(name: str, spec: LLMServiceSpec) -> Doc:
         "replicas": spec.workers.min,
         "minReplicas": spec.workers.min,
         "maxReplicas": spec.workers.max,
-        "rayStartParams": {},
+        "rayStartParams": gpu_ray_start_params(spec) if kind == "gpu" else {},
         "template": pod_template(name, spec, "worker", worker_resources(spec), tolerations),
     }
+
+
+def needs_cpu_group(spec: LLMServiceSpec) -> bool:
+    """GPU workers run only vLLM: enabled apps on the CPU need a CPU group beside them."""
+    config = spec.platform
+    apps = (config.vllm, config.hf, config.analysis)
+    return bool(spec.gpus_per_replica) and any(
+        app.enabled and app.resources.accelerator == "cpu" for app in apps
+    )
+
+
+def cpu_app_group(name: str, spec: LLMServiceSpec) -> Doc:
+    resources = d.WORKER_RESOURCES["cpu"]
+    return {
+        "groupName": d.WORKER_GROUP["cpu"],
+        **d.CPU_APP_GROUP,
+        "rayStartParams": {},
+        "template": pod_template(name, spec, "worker", resources, []),
+    }
+
+
+def worker_groups(name: str, spec: LLMServiceSpec) -> list[Doc]:
+    groups = [worker_group(name, spec)]
+    if needs_cpu_group(spec):
+        groups.append(cpu_app_group(name, spec))
+    return groups
+
+
+def worker_scaling_hash(groups: list[Doc]) -> str:
+    """KubeRay leaves worker replicas/min/max/tolerations out of its cluster hash; their hash on
+    the head template turns a change of them into a new RayCluster (as the chart does; Go's
+    json.Marshal: sorted keys, no spaces)."""
+    scaling = [
+        {
+            "group": g["groupName"],
+            "replicas": g["replicas"],
+            "min": g["minReplicas"],
+            "max": g["maxReplicas"],
+            "tolerations": g["template"]["spec"].get("tolerations", []),
+        }
+        for g in groups
+    ]
+    text = json.dumps(scaling, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def serve_service(name: str, config: PlatformConfig) -> Doc:
@@ -192,7 +254,10 @@ def serve_service(name: str, config: PlatformConfig) -> Doc:
 
 def rayservice_spec(name: str, spec: LLMServiceSpec) -> Doc:
     config = spec.platform
+    groups = worker_groups(name, spec)
+    head_annotations = {d.WORKER_SCALING_ANNOTATION: worker_scaling_hash(groups)}
     return {
+        "upgradeStrategy": {"type": d.UPGRADE_STRATEGY},
         "serveConfigV2": yaml.safe_dump(serve_config_v2(config), sort_keys=False),
         "serveService": serve_service(name, config),
         "rayClusterConfig": {
@@ -206,9 +271,11 @@ def rayservice_spec(name: str, spec: LLMServiceSpec) -> Doc:
             },
             "headGroupSpec": {
                 "rayStartParams": d.HEAD_RAY_START_PARAMS,
-                "template": pod_template(name, spec, "head", d.HEAD_RESOURCES, []),
+                "template": pod_template(
+                    name, spec, "head", d.HEAD_RESOURCES, [], head_annotations
+                ),
             },
-            "workerGroupSpecs": [worker_group(name, spec)],
+            "workerGroupSpecs": groups,
         },
     }
 

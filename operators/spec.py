@@ -15,6 +15,7 @@ GROUP = "serving.llm-serving.io"
 VERSION = "v1alpha1"
 KIND = "LLMService"
 PLURAL = "llmservices"
+MAX_NAME_LENGTH = 47  # KubeRay's limit on a RayService name (the LLMService's name)
 SINGULAR = "llmservice"
 SHORT_NAMES = ["llmsvc"]
 
@@ -150,7 +151,16 @@ class LLMServiceStatus(CamelModel):
     )
     model: str | None = Field(None, description="The model name clients pass as `model`.")
     observed_replicas: int | None = Field(
-        None, alias="observedReplicas", description="Healthy vLLM replicas (Serve's count)."
+        None,
+        alias="observedReplicas",
+        description="Healthy vLLM replicas (Serve's count), as last measured: Ray exports the "
+        "gauge only in some scrapes, so a scrape without it keeps this value.",
+    )
+    replicas_observed_at: str | None = Field(
+        None,
+        alias="replicasObservedAt",
+        json_schema_extra={"format": "date-time"},
+        description="When Serve's gauge first reported the current observedReplicas.",
     )
     queue_depth: float | None = Field(
         None, alias="queueDepth", description="Requests queued or running across vLLM replicas."

@@ -190,10 +190,29 @@ def observed_status(
         ray_service=name,
         observed_generation=generation,
     ).model_dump(by_alias=True)  # None stays: in a merge patch it clears a stale value
+    del status["replicasObservedAt"]  # keep_last_replicas sets it
     if load is None:  # not measured this time (a spec change): leave the last numbers alone
         del status["observedReplicas"], status["queueDepth"]
     status["conditions"] = merge_conditions(old_conditions, conditions)
     return status
+
+
+def keep_last_replicas(new: dict[str, Any], old: dict[str, Any], now: str) -> dict[str, Any]:
+    """Ray exports the replica gauge in about one scrape in five (refreshed every 10 s, dropped
+    after two 2 s reports): a scrape without it keeps the last count and when it was measured,
+    instead of clearing the field (and writing the status) on every flip."""
+    if "observedReplicas" not in new:  # not measured at all this time (a spec change)
+        return new
+    if new["observedReplicas"] is not None:  # the time moves when the count does: few writes
+        same = new["observedReplicas"] == old.get("observedReplicas")
+        return {**new, "replicasObservedAt": old.get("replicasObservedAt") if same else now}
+    if old.get("observedReplicas") is None:
+        return new
+    return {
+        **new,
+        "observedReplicas": old["observedReplicas"],
+        "replicasObservedAt": old.get("replicasObservedAt"),
+    }
 
 
 def rejected_status(

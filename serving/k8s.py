@@ -32,10 +32,48 @@ def import_path(builder: Callable[..., Any]) -> str:
     return f"{builder.__module__}:{builder.__qualname__}"
 
 
-def platform_args(config: PlatformConfig) -> dict[str, Any]:
-    """The platform block as the user wrote it (only set fields): the chart passes its values
-    through unchanged, and every app fills in the same defaults when it loads them."""
-    return config.model_dump(mode="json", exclude_unset=True)
+# Sections of PlatformConfig each app reads. Serve hashes an app's `args` into its code version and
+# restarts every replica when they change, so an app gets only its own part: disabling the
+# analysis app never touches vLLM.
+APP_SECTIONS = {
+    "vllm": ("model", "vllm", "auth", "limits"),
+    "hf": ("model", "hf", "auth", "limits"),
+    "analysis": ("model", "analysis", "auth", "limits"),
+}
+DEPLOYMENT_NAMES = {"vllm": "VLLMServer", "hf": "HFBaseline", "analysis": "Analysis"}
+# Fields kept out of `args`: Serve applies the deployment options to running replicas in place
+# (serve config `deployments`), and the app's own entry carries `enabled` and `route_prefix`.
+NOT_IN_ARGS = (
+    "enabled", "route_prefix", "num_replicas", "autoscaling", "max_ongoing_requests",
+    "backpressure", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
+    "max_surge_percent",
+)
+
+
+def app_args(config: PlatformConfig, name: str) -> dict[str, Any]:
+    """The part of the platform block (as the user wrote it: only set fields) one app reads,
+    without the deployment options Serve applies in place."""
+    written = config.model_dump(mode="json", exclude_unset=True)
+    args = {key: written[key] for key in APP_SECTIONS[name] if key in written}
+    if name in args:
+        args[name] = {k: v for k, v in args[name].items() if k not in NOT_IN_ARGS}
+        if not args[name]:
+            del args[name]
+    return args
+
+
+def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
+    """Serve's per-deployment options of one app (ServeApplicationSchema `deployments` entry)."""
+    settings = getattr(config, name)
+    options: dict[str, Any] = {"name": DEPLOYMENT_NAMES[name]}
+    if name == "analysis":
+        return options | {"max_ongoing_requests": settings.max_ongoing_requests}
+    serve_options = settings.replica_options()
+    backpressure = serve_options.pop("backpressure_config")
+    serve_options["backpressure_config"] = {
+        "status_code": backpressure.status_code, "retry_after_s": backpressure.retry_after_s,
+    }
+    return options | serve_options
 
 
 def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
@@ -49,7 +87,8 @@ def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
                     "name": name,
                     "import_path": import_path(builders[name]),
                     "route_prefix": settings.route_prefix,
-                    "args": platform_args(config),  # a copy per app: no YAML anchors
+                    "args": app_args(config, name),
+                    "deployments": [deployment_options(config, name)],
                 }
             )
     return apps

@@ -102,6 +102,8 @@ def pod_placement() -> dict[str, Schema]:
         "affinity": K8S_OBJECT,
         "podLabels": STRING_MAP,
         "podAnnotations": STRING_MAP,
+        "priorityClassName": string(),
+        "topologySpreadConstraints": K8S_LIST,
     }
 
 
@@ -114,6 +116,7 @@ def worker_group(gpu: bool) -> Schema:
         "maxReplicas": integer(1),
         "rayStartParams": STRING_MAP,
         "resources": K8S_OBJECT,
+        "runtimeClassName": string(),
         **pod_placement(),
     }
     if gpu:
@@ -170,8 +173,24 @@ def chart_values() -> dict[str, Schema]:
         "commonLabels": STRING_MAP,
         "image": closed({"repository": string(minLength=1), "tag": string(), "pullPolicy": PULL_POLICY}),
         "imagePullSecrets": K8S_LIST,
+        "serviceAccount": closed({"create": BOOL, "name": string(), "annotations": STRING_MAP}),
+        "extraEnv": K8S_LIST,
+        "extraVolumes": K8S_LIST,
+        "extraVolumeMounts": K8S_LIST,
         "kuberay": closed({"checkOperator": BOOL}),
-        "ray": closed({"version": string(pattern=r"^\d+\.\d+\.\d+$")}),
+        "ray": closed(
+            {
+                "version": string(pattern=r"^\d+\.\d+\.\d+$"),
+                "upgradeStrategy": {"enum": ["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]},
+                "gcsFaultTolerance": closed(
+                    {
+                        "enabled": BOOL,
+                        "redisAddress": string(),
+                        "redisPasswordSecret": closed({"name": string(), "key": string(minLength=1)}),
+                    }
+                ),
+            }
+        ),
         "autoscaler": closed(
             {
                 "enabled": BOOL,
@@ -205,6 +224,7 @@ def chart_values() -> dict[str, Schema]:
         ),
         "monitoring": closed(
             {
+                "skipCRDCheck": BOOL,
                 "serviceMonitor": monitor(),
                 "podMonitor": monitor(),
                 "grafanaDashboard": closed(
@@ -216,6 +236,7 @@ def chart_values() -> dict[str, Schema]:
             {
                 "enabled": BOOL,
                 "image": closed({"repository": string(minLength=1), "tag": string(minLength=1), "pullPolicy": PULL_POLICY}),
+                "runtimeClassName": string(),
                 "priorityClassName": string(),
                 "nodeSelector": STRING_MAP,
                 "tolerations": K8S_LIST,
@@ -231,6 +252,7 @@ def chart_values() -> dict[str, Schema]:
         "operator": closed(
             {"enabled": BOOL, "syncIntervalSeconds": integer(1), "resources": K8S_OBJECT}
         ),
+        "helmTest": closed({"enabled": BOOL}),
     }
 
 

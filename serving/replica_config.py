@@ -160,6 +160,16 @@ class ReplicaScaling(StrictModel):
     graceful_shutdown_wait_loop_s: float = Field(
         1.0, gt=0, description="How often a stopping replica checks whether its requests ended."
     )
+    max_surge_percent: int = Field(
+        25,
+        ge=0,
+        le=100,
+        description="Extra replicas a rolling restart (a new engine setting or model) may start, "
+        "in percent of the target count, rounded up to whole replicas: replacements load before "
+        "old replicas stop, so one replica is never zero. Needs that spare capacity (a GPU each); "
+        "without it old replicas keep serving while replacements wait. 0: stop first (Serve's "
+        "default).",
+    )
 
     def replica_options(self) -> dict[str, Any]:
         """Serve deployment options for replica count, concurrency, backpressure and drain."""
@@ -167,6 +177,7 @@ class ReplicaScaling(StrictModel):
             "max_ongoing_requests": self.max_ongoing_requests,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
             "graceful_shutdown_wait_loop_s": self.graceful_shutdown_wait_loop_s,
+            "max_surge_percent": self.max_surge_percent,
         }
         if self.autoscaling is None:
             options["num_replicas"] = self.num_replicas

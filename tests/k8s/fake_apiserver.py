@@ -45,8 +45,10 @@ def group_entry(group_version: str) -> dict[str, Any]:
     return {"name": name, "versions": [entry], "preferredVersion": entry}
 
 
-def routes(with_kuberay: bool) -> dict[str, dict[str, Any]]:
+def routes(with_kuberay: bool, with_monitoring: bool = True) -> dict[str, dict[str, Any]]:
     groups = dict(GROUPS)
+    if not with_monitoring:
+        del groups["monitoring.coreos.com/v1"]
     if with_kuberay:
         groups["ray.io/v1"] = {"rayservices": "RayService"}
     table = {
@@ -101,9 +103,9 @@ def kubeconfig_text(port: int) -> str:
 
 
 @contextmanager
-def fake_cluster(tmp_path: Path, with_kuberay: bool) -> Iterator[Path]:
+def fake_cluster(tmp_path: Path, with_kuberay: bool, with_monitoring: bool = True) -> Iterator[Path]:
     """Serve the fake API on a free loopback port; yields a kubeconfig pointing at it."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(routes(with_kuberay)))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"

@@ -33,7 +33,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("GPU apps without a GPU group",
      {"workers": {"gpu": {"enabled": False}, "cpu": {"enabled": True}}},
      ["accelerator=gpu need 4 GPU(s), but workers.gpu.enabled=false"]),
-    ("no worker group", {"workers": {"gpu": {"enabled": False}},
+    ("no worker group", {"workers": {"gpu": {"enabled": False}, "cpu": {"enabled": False}},
                          "platform": {"vllm": {"resources": {"accelerator": "cpu"}}}},
      ["workers: no worker group is enabled"]),
     ("replicas outside bounds", {"workers": {"gpu": {"replicas": 5}}},

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from serving import k8s_render, metrics
 from serving.config import ray_env
@@ -18,7 +19,7 @@ GPU = "nvidia.com/gpu"
 
 
 def test_matrix_covers_the_issue() -> None:
-    assert {"default", "gpu-cluster", "cpu-dev", "monitoring-off", "device-plugin-off", "pvc-cache"} <= set(MATRIX)
+    assert {"default", "gpu-cluster", "cpu-dev", "monitoring-off", "device-plugin-on", "prometheus-operator", "pvc-cache"} <= set(MATRIX)
 
 
 def test_renders_one_rayservice(case: Rendered) -> None:
@@ -51,7 +52,14 @@ def test_default_is_the_gpu_platform() -> None:
     assert worker["resources"]["limits"][GPU] == 1
     assert (gpu["minReplicas"], gpu["maxReplicas"]) == (1, 4)
     assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in gpu["template"]["spec"]["tolerations"]
-    assert case.one("DaemonSet")["metadata"]["name"].endswith("nvidia-device-plugin")
+    # The cluster's GPU operator or provider runs the device plugin; no Prometheus operator is
+    # assumed (offline renders cannot see monitoring.coreos.com/v1).
+    assert not case.kinds("DaemonSet") and not case.kinds("ServiceMonitor")
+    assert case.one("RayService")["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+    # GPU workers advertise only vLLM's CPUs; the HF baseline and analysis get a CPU group.
+    assert gpu["rayStartParams"]["num-cpus"] == "1"
+    cpu = worker_groups(case)["cpu"]
+    assert GPU not in cpu["template"]["spec"]["containers"][0]["resources"]["limits"]
     vllm = case.platform.vllm
     assert vllm.resources.accelerator == "gpu"
     assert vllm.autoscaling is not None and vllm.autoscaling.max_replicas == 4
@@ -97,7 +105,7 @@ def test_probes_never_look_at_the_model(case: Rendered) -> None:
 def test_pvc_cache_is_shared_by_workers_only() -> None:
     case = rendered("pvc-cache")
     claim = case.one("PersistentVolumeClaim")
-    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # what every default class binds
     cluster = case.one("RayService")["spec"]["rayClusterConfig"]
     volumes = {v["name"]: v for v in cluster["workerGroupSpecs"][0]["template"]["spec"]["volumes"]}
     assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
@@ -126,7 +134,8 @@ def test_cpu_dev_has_no_gpu_anywhere() -> None:
     [
         ("monitoring-off", {"ServiceMonitor", "PodMonitor", "ConfigMap"}, set()),
         ("podmonitor", {"ServiceMonitor"}, {"PodMonitor"}),
-        ("device-plugin-off", {"DaemonSet"}, {"ServiceMonitor", "ConfigMap"}),
+        ("device-plugin-on", set(), {"DaemonSet", "ConfigMap"}),
+        ("prometheus-operator", {"DaemonSet"}, {"ServiceMonitor"}),
         ("gpu-cluster", {"DaemonSet"}, {"Ingress", "PersistentVolumeClaim"}),
     ],
 )
@@ -137,7 +146,7 @@ def test_toggles(name: str, absent: set[str], present: set[str]) -> None:
 
 
 def test_monitors_select_what_the_pods_expose() -> None:
-    default = rendered("default")
+    default = rendered("prometheus-operator")
     service = next(d for d in default.kinds("Service") if d["metadata"]["name"].endswith("-metrics"))
     selector = default.one("ServiceMonitor")["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
@@ -169,3 +178,75 @@ def test_dashboard_queries_name_platform_metrics() -> None:
         assert any(f"ray_{getattr(metrics, required)}" in expr for expr in exprs), required
     configmap = rendered("default").one("ConfigMap")
     assert json.loads(configmap["data"]["llm-serving.json"]) == dashboard
+
+
+def test_notes_hint_at_pending_gpu_workers() -> None:
+    """No device plugin by default: the notes say how to see whether nodes advertise GPUs."""
+    notes = rendered("default").notes
+    assert "GPU workers stay Pending unless the nodes advertise nvidia.com/gpu" in notes
+    assert "this release runs no device" in notes and "devicePlugin.enabled=true" in notes
+    assert "this release runs no device" not in rendered("device-plugin-on").notes
+
+
+def test_device_plugin_takes_runtime_class_and_no_system_priority() -> None:
+    default = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["devicePlugin"]
+    assert default["enabled"] is False and default["priorityClassName"] == ""
+    pod = rendered("device-plugin-on").one("DaemonSet")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia" and "priorityClassName" not in pod
+
+
+def test_worker_scaling_change_rolls_a_new_cluster() -> None:
+    """KubeRay leaves worker bounds out of its cluster hash: the chart hashes them into the head
+    template, so `--set workers.gpu.maxReplicas=8` is not silently ignored on upgrade."""
+    def head_annotations(values: dict) -> dict:
+        rs = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
+        return rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]["annotations"]
+
+    key = "llm-serving.io/worker-scaling"
+    default = head_annotations({})[key]
+    assert head_annotations({"workers": {"gpu": {"maxReplicas": 8}}})[key] != default
+    assert head_annotations({"platform": {"analysis": {"enabled": False}}})[key] == default
+
+
+def test_pod_settings_pass_through() -> None:
+    values = {
+        "serviceAccount": {"create": True},
+        "extraEnv": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+        "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+        "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+        "workers": {"gpu": {"runtimeClassName": "nvidia", "priorityClassName": "gpu-high",
+                            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                                           "whenUnsatisfiable": "ScheduleAnyway"}]}},
+        "ray": {"gcsFaultTolerance": {"enabled": True, "redisAddress": "redis:6379",
+                                      "redisPasswordSecret": {"name": "redis", "key": "password"}}},
+    }
+    docs = k8s_render.render_documents(values)
+    rayservice = next(d for d in docs if d["kind"] == "RayService")
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    assert cluster["gcsFaultToleranceOptions"]["redisAddress"] == "redis:6379"
+    gpu = next(g for g in cluster["workerGroupSpecs"] if g["groupName"] == "gpu")["template"]["spec"]
+    assert (gpu["runtimeClassName"], gpu["priorityClassName"]) == ("nvidia", "gpu-high")
+    assert gpu["topologySpreadConstraints"][0]["topologyKey"] == "zone"
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    for container in ray_containers(rayservice):
+        assert {"name": "NCCL_DEBUG", "value": "WARN"} in container["env"]
+        assert {"name": "scratch", "mountPath": "/scratch"} in container["volumeMounts"]
+    assert gpu["serviceAccountName"] == account
+
+
+def test_helm_test_pod_checks_a_chat_completion() -> None:
+    pod = rendered("default").one("Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["URL"] == "http://llm-serving-api.default.svc:8000"
+    assert "/v1/chat/completions" in container["args"][0] and "choices" in container["args"][0]
+
+
+def test_replicas_panel_survives_scrapes_without_the_gauge() -> None:
+    """Ray exports the replica gauge in about one scrape in five; a range function skips the
+    staleness markers between, so the panel does not blink out."""
+    dashboard = json.loads((CHART_DIR / "dashboards" / "llm-serving.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    replica = [e for e in exprs if "ray_serve_deployment_replica_healthy" in e]
+    assert replica and all("last_over_time(ray_serve_deployment_replica_healthy[" in e for e in replica)

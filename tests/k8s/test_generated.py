@@ -53,7 +53,9 @@ def test_rendered_manifests_are_up_to_date() -> None:
 def test_rendered_default_is_installable_by_kubectl() -> None:
     docs = list(yaml.safe_load_all((k8s_render.RENDERED_DIR / "llm-serving.yaml").read_text()))
     kinds = [doc["kind"] for doc in docs]
-    assert "RayService" in kinds and "DaemonSet" in kinds
+    assert "RayService" in kinds
+    # Off by default (the cluster runs them), and a `helm test` pod is no manifest to apply.
+    assert not {"DaemonSet", "ServiceMonitor", "Pod"} & set(kinds)
     assert all("namespace" not in doc["metadata"] for doc in docs)
 
 

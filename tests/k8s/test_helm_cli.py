@@ -73,3 +73,35 @@ def test_operator_check_can_be_turned_off(helm, tmp_path: Path) -> None:
         )
     assert "VALUES VALIDATION" not in done.stderr
     assert 'no matches for kind "RayService" in version "ray.io/v1"' in done.stderr
+
+
+def kinds_of(done: subprocess.CompletedProcess[str]) -> set[str]:
+    return {doc["kind"] for doc in yaml.safe_load_all(done.stdout) if doc}
+
+
+def test_servicemonitor_only_where_the_prometheus_operator_runs(helm) -> None:
+    """The default install succeeds on a cluster without monitoring.coreos.com/v1."""
+    without = helm("--api-versions", "ray.io/v1")
+    assert without.returncode == 0, without.stderr
+    assert "ServiceMonitor" not in kinds_of(without)
+    assert "no ServiceMonitor/PodMonitor was created" in rendered("default").notes  # and why
+    with_api = helm("--api-versions", "ray.io/v1", "--api-versions", "monitoring.coreos.com/v1")
+    assert "ServiceMonitor" in kinds_of(with_api)
+
+
+def test_install_without_prometheus_operator_passes(helm, tmp_path: Path) -> None:
+    with fake_cluster(tmp_path, with_kuberay=True, with_monitoring=False) as kubeconfig:
+        done = helm("--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation")
+    assert done.returncode == 0, done.stderr
+    assert "ServiceMonitor" not in kinds_of(done)
+
+
+def test_kuberay_check_runs_for_a_namespace_not_created_yet(helm, tmp_path: Path) -> None:
+    """--create-namespace: the release namespace does not exist when the chart renders."""
+    with fake_cluster(tmp_path, with_kuberay=False) as kubeconfig:
+        done = helm(
+            "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation",
+            "--namespace", "not-created-yet",
+        )
+    assert done.returncode != 0
+    assert "this cluster has no KubeRay CRDs (ray.io/v1 RayService)" in done.stderr

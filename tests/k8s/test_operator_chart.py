@@ -61,7 +61,12 @@ def test_chart_rbac_is_the_plain_manifests(operator_docs: dict[str, Doc]) -> Non
     assert binding["subjects"][0]["name"] == operator_docs["ServiceAccount"]["metadata"]["name"]
     assert binding["roleRef"]["name"] == operator_docs["ClusterRole"]["metadata"]["name"]
     resources = {r for rule in plain("ClusterRole")["rules"] for r in rule["resources"]}
-    assert resources == {"llmservices", "llmservices/status", "rayservices", "events"}
+    assert resources == {
+        "llmservices", "llmservices/status", "llmservices/finalizers", "rayservices", "events"
+    }
+    # blockOwnerDeletion on the RayService's owner reference needs update on the finalizers.
+    finalizers = next(r for r in plain("ClusterRole")["rules"] if "llmservices/finalizers" in r["resources"])
+    assert finalizers["verbs"] == ["update"]
 
 
 def test_chart_deployment_runs_the_operator_module(operator_docs: dict[str, Doc]) -> None:

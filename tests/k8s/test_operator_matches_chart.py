@@ -100,12 +100,13 @@ def chart_values(knobs: Doc, overrides: Doc) -> Doc:
     }
     if kind == "gpu":
         group["gpusPerWorker"] = knobs["gpusPerReplica"]
-    other = "cpu" if kind == "gpu" else "gpu"
+    # A GPU LLMService gets the chart's default CPU group when it runs CPU apps (HF, analysis).
+    workers = {kind: group} if kind == "gpu" else {"cpu": group, "gpu": {"enabled": False}}
     values = {
         "fullnameOverride": NAME,  # the LLMService's name plays the release's fullname
         "image": {"repository": repository, "tag": tag},
         "platform": overrides,
-        "workers": {kind: group, other: {"enabled": False}},
+        "workers": workers,
     }
     if "apiKeySecret" in knobs:
         secret = knobs["apiKeySecret"]

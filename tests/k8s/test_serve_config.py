@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from serving.cli import main
 from serving.config import AutoscalingSettings, PlatformConfig, parse_config
-from serving.k8s import serve_config_v2, validate_serve_config
+from serving.k8s import APP_SECTIONS, NOT_IN_ARGS, serve_config_v2, validate_serve_config
 from tests.k8s.conftest import Rendered, rendered
 
 
@@ -30,8 +30,51 @@ def test_rendered_is_valid_for_ray_serve(case: Rendered) -> None:
 
 
 def test_args_load_with_platform_config(case: Rendered) -> None:
+    """Each app's args hold its own part of the platform, less the options Serve applies in place."""
     for app in serve_config_of(case)["applications"]:
-        assert parse_config(app["args"], app["name"]) == case.platform
+        name, loaded = app["name"], parse_config(app["args"], app["name"])
+        for section in APP_SECTIONS[name]:
+            exclude = set(NOT_IN_ARGS) if section == name else set()
+            assert getattr(loaded, section).model_dump(exclude=exclude) == getattr(
+                case.platform, section
+            ).model_dump(exclude=exclude)
+
+
+def vllm_block(values: dict[str, Any]) -> str:
+    """The vLLM application's text in the rendered serveConfigV2, as KubeRay sends it."""
+    from serving import k8s_render
+
+    rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
+    text = rayservice["spec"]["serveConfigV2"]
+    return next(block for block in text.split("\n  - ") if block.startswith("name: vllm"))
+
+
+def vllm_app(values: dict[str, Any]) -> dict[str, Any]:
+    return yaml.safe_load("  - " + vllm_block(values))[0]
+
+
+def test_disabling_analysis_leaves_vllm_byte_identical() -> None:
+    default = vllm_block({})
+    assert "args:" in default and "import_path: serving.app:vllm_app" in default
+    assert vllm_block({"platform": {"analysis": {"enabled": False}}}) == default
+
+
+def test_autoscaling_change_moves_only_deployment_options() -> None:
+    """max_replicas is a Serve deployment option (applied in place), never part of the args."""
+    before = vllm_app({})
+    after = vllm_app({"platform": {"vllm": {"autoscaling": {"max_replicas": 3}}}})
+    assert after["args"] == before["args"]
+    assert before["deployments"][0]["autoscaling_config"]["max_replicas"] == 4
+    assert after["deployments"][0]["autoscaling_config"]["max_replicas"] == 3
+
+
+def test_engine_change_rolls_vllm_with_surge() -> None:
+    """An engine setting is in the args (a new engine is needed); the rollout starts the new
+    replica before the old one stops (max_surge_percent), so one replica is never zero."""
+    before = vllm_app({})
+    after = vllm_app({"platform": {"vllm": {"engine": {"max_num_seqs": 64}}}})
+    assert after["args"] != before["args"]
+    assert after["deployments"][0]["max_surge_percent"] > 0
 
 
 def test_import_paths_exist(case: Rendered) -> None:
@@ -45,8 +88,11 @@ def test_default_autoscales_vllm_on_queue_depth() -> None:
     assert set(apps) == {"vllm", "hf", "analysis"}
     assert apps["vllm"]["route_prefix"] == "/"
     config = PlatformConfig.model_validate(apps["vllm"]["args"])
-    assert isinstance(config.vllm.autoscaling, AutoscalingSettings)
-    assert config.vllm.replica_options()["autoscaling_config"]["target_ongoing_requests"] == 32
+    (options,) = apps["vllm"]["deployments"]
+    assert options["name"] == "VLLMServer" and "num_replicas" not in options
+    assert options["autoscaling_config"] == AutoscalingSettings(
+        min_replicas=1, max_replicas=4, downscale_delay_s=60
+    ).serve_options()
     assert config.vllm.resources.accelerator == "gpu"
 
 
@@ -63,7 +109,7 @@ def test_cli_prints_serve_config(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = yaml.safe_load(result.output)
     assert [app["name"] for app in document["applications"]] == ["vllm", "analysis"]
-    assert document["applications"][0]["args"] == {"model": {"ref": "tiny-qwen2"}, "hf": {"enabled": False}}
+    assert document["applications"][0]["args"] == {"model": {"ref": "tiny-qwen2"}}
 
 
 @pytest.mark.parametrize("text", ["vllm: {num_replicas: 0}\n", "bogus: 1\n"])
@@ -83,8 +129,13 @@ def test_template_defaults_mirror_platform_config() -> None:
     dropped = {"http": None, "model": {"ref": None}} | {
         app: {"enabled": None, "route_prefix": None} for app in ("vllm", "hf", "analysis")
     }
+    dropped["vllm"] |= {"max_ongoing_requests": None, "autoscaling": None}
     values = {"platform": dropped}
     rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
     platform = PlatformConfig.model_validate(k8s_render.merged_values(values)["platform"])
     assert platform.model.ref == "default" and platform.http.port == 8000
+    assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)
+    partial = {"platform": {"hf": {"autoscaling": {"max_replicas": 2}}}}  # Serve defaults unused
+    rayservice = next(d for d in k8s_render.render_documents(partial) if d["kind"] == "RayService")
+    platform = PlatformConfig.model_validate(k8s_render.merged_values(partial)["platform"])
     assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)

@@ -57,7 +57,7 @@ def test_rendered_rayservice_is_owned_and_carries_the_knobs() -> None:
         4,
     )
     (container,) = group["template"]["spec"]["containers"]
-    assert container["image"] == "llm-serving-gpu:0.1.0"
+    assert container["image"] == "registry.example.com/llm-serving/llm-serving-gpu:0.1.0"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["resources"]["requests"] == {"cpu": "4", "memory": "24Gi"}
     serve = yaml.safe_load(doc["spec"]["serveConfigV2"])
@@ -286,6 +286,12 @@ class FakeCustomObjects:
         if (namespace, name) not in self.objects:
             raise ApiException(status=404)
         return copy.deepcopy(self.objects[namespace, name])
+
+    def get_api_resources(self, group: str, version: str) -> Any:
+        """Discovery of ray.io/v1: KubeRay is installed here (not a recorded call)."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(resources=[SimpleNamespace(name="rayservices")])
 
     def create_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from serving.config import PlatformConfig
 from serving.engines.vllm import apply_engine_env
 
@@ -45,3 +47,25 @@ def test_torch_gets_every_core_the_process_may_use(monkeypatch) -> None:
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "200000 100000\n"}, 2),  # cgroup v2, a pod with limits.cpu 2
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs round up
+        ({"cpu.max": "max 100000\n"}, 8),  # no quota: the affinity
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 8),
+        ({"cpu.max": "1600000 100000\n"}, 8),  # a quota above the cpuset: the cpuset
+        ({}, 8),  # no cgroup files at all (not Linux containers)
+    ],
+)
+def test_cpu_cores_follow_the_container_quota(tmp_path, monkeypatch, files, expected) -> None:
+    from serving.engines.base import cpu_cores
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
+    assert cpu_cores(str(tmp_path)) == expected

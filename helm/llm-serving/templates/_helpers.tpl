@@ -59,7 +59,63 @@ hf: [serving.app:hf_app, /hf]
 analysis: [serving.app:analysis_app, /analysis]
 {{- end -}}
 
-{{/* Enabled apps in build_apps order, as ServeApplicationSchema dicts with the platform as args. */}}
+{{/*
+Each app's args: only the sections it reads (serving.k8s.app_args), without the deployment
+options Serve applies in place. Serve hashes args into the app's code version, so a change
+here restarts the app's replicas; anything else leaves them running.
+*/}}
+{{- define "llm-serving.appArgs" -}}
+{{- $name := .name -}}
+{{- $args := dict -}}
+{{- range $key := list "model" $name "auth" "limits" -}}
+{{- if hasKey $.platform $key -}}
+{{- $section := get $.platform $key -}}
+{{- if eq $key $name -}}
+{{- $section = omit $section "enabled" "route_prefix" "num_replicas" "autoscaling" "max_ongoing_requests" "backpressure" "graceful_shutdown_timeout_s" "graceful_shutdown_wait_loop_s" "max_surge_percent" -}}
+{{- end -}}
+{{- if or $section (ne $key $name) -}}
+{{- $_ := set $args $key $section -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}
+
+{{/* Defaults of the deployment options: PlatformConfig's (a test renders without them). */}}
+{{- define "llm-serving.servingDefaults" -}}
+vllm: {max_ongoing_requests: 256, max_queued_requests: 512}
+hf: {max_ongoing_requests: 8, max_queued_requests: 32}
+analysis: {max_ongoing_requests: 4}
+replica: {num_replicas: 1, graceful_shutdown_timeout_s: 120.0, graceful_shutdown_wait_loop_s: 1.0, max_surge_percent: 25, status_code: 503, retry_after_s: 1.0}
+autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscale_delay_s: 2.0, downscale_delay_s: 20.0, metrics_interval_s: 1.0, look_back_period_s: 3.0}
+{{- end -}}
+
+{{/* Serve's options of an app's deployment (serving.k8s.deployment_options), applied in place. */}}
+{{- define "llm-serving.deploymentOptions" -}}
+{{- $d := include "llm-serving.servingDefaults" . | fromYaml -}}
+{{- $app := .app -}}
+{{- $own := get $d .name -}}
+{{- $names := dict "vllm" "VLLMServer" "hf" "HFBaseline" "analysis" "Analysis" -}}
+{{- $opts := dict "name" (get $names .name) "max_ongoing_requests" (dig "max_ongoing_requests" $own.max_ongoing_requests $app) -}}
+{{- if ne .name "analysis" -}}
+{{- $r := $d.replica -}}
+{{- $_ := set $opts "graceful_shutdown_timeout_s" (dig "graceful_shutdown_timeout_s" $r.graceful_shutdown_timeout_s $app) -}}
+{{- $_ = set $opts "graceful_shutdown_wait_loop_s" (dig "graceful_shutdown_wait_loop_s" $r.graceful_shutdown_wait_loop_s $app) -}}
+{{- $_ = set $opts "max_surge_percent" (dig "max_surge_percent" $r.max_surge_percent $app) -}}
+{{- with dig "autoscaling" nil $app -}}
+{{- $a := $d.autoscaling -}}
+{{- $min := dig "min_replicas" $a.min_replicas . -}}
+{{- $_ = set $opts "autoscaling_config" (dict "min_replicas" $min "initial_replicas" (max $min 1) "max_replicas" (dig "max_replicas" $a.max_replicas .) "target_ongoing_requests" (dig "target_queue_depth" $a.target_queue_depth .) "upscale_delay_s" (dig "upscale_delay_s" $a.upscale_delay_s .) "downscale_delay_s" (dig "downscale_delay_s" $a.downscale_delay_s .) "look_back_period_s" (dig "look_back_period_s" $a.look_back_period_s .) "metrics_interval_s" (dig "metrics_interval_s" $a.metrics_interval_s .)) -}}
+{{- else -}}
+{{- $_ = set $opts "num_replicas" (dig "num_replicas" $r.num_replicas $app) -}}
+{{- end -}}
+{{- $_ = set $opts "max_queued_requests" (dig "backpressure" "max_queued_requests" $own.max_queued_requests $app) -}}
+{{- $_ = set $opts "backpressure_config" (dict "status_code" (dig "backpressure" "status_code" $r.status_code $app) "retry_after_s" (dig "backpressure" "retry_after_s" $r.retry_after_s $app)) -}}
+{{- end -}}
+{{- toYaml $opts -}}
+{{- end -}}
+
+{{/* Enabled apps in build_apps order, as ServeApplicationSchema dicts. */}}
 {{- define "llm-serving.serveApplications" -}}
 {{- $table := include "llm-serving.appTable" . | fromYaml -}}
 {{- $apps := list -}}
@@ -67,7 +123,9 @@ analysis: [serving.app:analysis_app, /analysis]
 {{- $app := get $.Values.platform $name | default dict -}}
 {{- if dig "enabled" true $app -}}
 {{- $row := get $table $name -}}
-{{- $apps = append $apps (dict "name" $name "import_path" (index $row 0) "route_prefix" (dig "route_prefix" (index $row 1) $app) "args" $.Values.platform) -}}
+{{- $args := include "llm-serving.appArgs" (dict "platform" $.Values.platform "name" $name) | fromYaml -}}
+{{- $options := include "llm-serving.deploymentOptions" (dict "name" $name "app" $app) | fromYaml -}}
+{{- $apps = append $apps (dict "name" $name "import_path" (index $row 0) "route_prefix" (dig "route_prefix" (index $row 1) $app) "args" $args "deployments" (list $options)) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $apps -}}
@@ -85,6 +143,7 @@ applications:
     import_path: {{ $app.import_path }}
     route_prefix: {{ $app.route_prefix | quote }}
     args: {{- toYaml $app.args | nindent 6 }}
+    deployments: {{- toYaml $app.deployments | nindent 6 }}
 {{- end }}
 {{- end -}}
 
@@ -115,4 +174,35 @@ applications:
 {{- define "llm-serving.pyFloat" -}}
 {{- $s := toString . -}}
 {{- if contains "." $s -}}{{ $s }}{{- else -}}{{ printf "%s.0" $s }}{{- end -}}
+{{- end -}}
+
+{{/*
+KubeRay leaves worker replicas/minReplicas/maxReplicas/tolerations out of its cluster hash, so a
+change of them alone would be ignored on upgrade. Their hash on the head pod template makes it a
+cluster change: with upgradeStrategy NewCluster KubeRay starts a RayCluster with the new bounds
+and switches traffic once it serves.
+*/}}
+{{- define "llm-serving.workerScalingHash" -}}
+{{- $groups := list -}}
+{{- range $key := list "gpu" "cpu" -}}
+{{- $g := get $.Values.workers $key -}}
+{{- if $g.enabled -}}
+{{- $groups = append $groups (dict "group" $g.groupName "replicas" $g.replicas "min" $g.minReplicas "max" $g.maxReplicas "tolerations" $g.tolerations) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $groups | sha256sum | trunc 16 -}}
+{{- end -}}
+
+{{/*
+GPU workers advertise only the logical CPUs their vLLM replicas reserve (num_cpus x GPUs), so
+CPU-only replicas (HF baseline, analysis: a CPU copy of the model each) never land beside vLLM.
+*/}}
+{{- define "llm-serving.gpuRayStartParams" -}}
+{{- $g := .Values.workers.gpu -}}
+{{- $params := deepCopy ($g.rayStartParams | default dict) -}}
+{{- if not (hasKey $params "num-cpus") -}}
+{{- $perReplica := dig "vllm" "resources" "num_cpus" 1.0 .Values.platform | float64 -}}
+{{- $_ := set $params "num-cpus" (mulf $perReplica (int $g.gpusPerWorker) | ceil | int | toString) -}}
+{{- end -}}
+{{- toYaml $params -}}
 {{- end -}}

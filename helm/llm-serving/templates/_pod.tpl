@@ -40,6 +40,14 @@ KubeRay adds the `ray start` command, /dev/shm, its own labels and the wait-for-
 {{- end -}}
 {{- end -}}
 
+{{- define "llm-serving.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "llm-serving.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "llm-serving.hfTokenDir" -}}/var/run/secrets/huggingface{{- end -}}
 
 {{/* Volume mounts of Ray and prefetch containers: the model cache, the token when there is one. */}}
@@ -112,7 +120,7 @@ metadata:
     {{- include "llm-serving.rayPodSelector" $root | nindent 4 }}
     app.kubernetes.io/component: {{ $component }}
     {{- with .group.podLabels }}{{ toYaml . | nindent 4 }}{{ end }}
-  {{- with .group.podAnnotations }}
+  {{- with merge (dict) (.group.podAnnotations | default dict) (.annotations | default dict) }}
   annotations: {{- toYaml . | nindent 4 }}
   {{- end }}
 spec:
@@ -121,6 +129,18 @@ spec:
   automountServiceAccountToken: false
   {{- end }}
   securityContext: {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+  {{- with include "llm-serving.serviceAccountName" $root }}
+  serviceAccountName: {{ . }}
+  {{- end }}
+  {{- with .group.runtimeClassName }}
+  runtimeClassName: {{ . }}
+  {{- end }}
+  {{- with .group.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  {{- with .group.topologySpreadConstraints }}
+  topologySpreadConstraints: {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- with $root.Values.imagePullSecrets }}
   imagePullSecrets: {{- toYaml . | nindent 4 }}
   {{- end }}
@@ -145,10 +165,13 @@ spec:
         {{- include "llm-serving.rayEnv" $root | nindent 8 }}
         {{- include "llm-serving.modelEnv" $root | nindent 8 }}
         {{- with include "llm-serving.apiKeysEnv" $root }}{{ . | nindent 8 }}{{ end }}
+        {{- with $root.Values.extraEnv }}{{ toYaml . | nindent 8 }}{{ end }}
       resources: {{- include "llm-serving.rayResources" . | nindent 8 }}
       securityContext: {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
       {{- include "llm-serving.probes" . | nindent 6 }}
-      volumeMounts: {{- include "llm-serving.modelMounts" $root | nindent 8 }}
+      volumeMounts:
+        {{- include "llm-serving.modelMounts" $root | nindent 8 }}
+        {{- with $root.Values.extraVolumeMounts }}{{ toYaml . | nindent 8 }}{{ end }}
   volumes:
     - name: model-cache
       {{- /* The head runs no replicas (num-cpus 0), so it never holds the shared claim. */}}
@@ -161,4 +184,5 @@ spec:
     - name: hf-token
       secret: {secretName: {{ . }}, defaultMode: 0440}
     {{- end }}
+    {{- with $root.Values.extraVolumes }}{{ toYaml . | nindent 4 }}{{ end }}
 {{- end -}}

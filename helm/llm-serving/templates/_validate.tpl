@@ -14,6 +14,9 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- end -}}
 {{- $messages = append $messages (include "llm-serving.validate.gpuCapacity" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
+{{- if and .Values.ray.gcsFaultTolerance.enabled (not .Values.ray.gcsFaultTolerance.redisAddress) -}}
+{{- $messages = append $messages "ray.gcsFaultTolerance: enabled without a redisAddress. Set ray.gcsFaultTolerance.redisAddress (e.g. redis://redis:6379)." -}}
+{{- end -}}
 {{- $messages = without $messages "" -}}
 {{- if $messages -}}
 {{- printf "\n\nVALUES VALIDATION:\n- %s" (join "\n- " $messages) | fail -}}
@@ -105,11 +108,15 @@ platform: Serve may run {{ $demand }} GPU replica(s) (max_replicas / num_replica
 {{/*
 KubeRay prerequisite. Only a cluster can answer: the lookup is empty when rendering offline
 (`helm template`, lint), so the check runs on install/upgrade only. kube-root-ca.crt exists in
-every namespace, and reading it needs no cluster-wide rights.
+every namespace; the release namespace does not yet under --create-namespace, so `default`
+answers then (whoever may create namespaces may read it).
 */}}
 {{- define "llm-serving.validate.kuberay" -}}
 {{- if .Values.kuberay.checkOperator -}}
 {{- $live := lookup "v1" "ConfigMap" .Release.Namespace "kube-root-ca.crt" -}}
+{{- if not $live -}}
+{{- $live = lookup "v1" "ConfigMap" "default" "kube-root-ca.crt" -}}
+{{- end -}}
 {{- if and $live (not (.Capabilities.APIVersions.Has "ray.io/v1/RayService")) -}}
 kuberay: this cluster has no KubeRay CRDs (ray.io/v1 RayService). Install the KubeRay operator first (chart kuberay-operator), or set kuberay.checkOperator=false if its CRDs are applied in the same pipeline.
 {{- end -}}
