@@ -1,6 +1,7 @@
-"""The thread that drives an in-process vLLM engine: commands run between steps, outputs reach the
-right stream, leaving a stream aborts its request, failures reach the callers. A scripted engine
-stands in for vLLM's LLMEngine here (the real one: tests/integration/test_vllm_inproc.py)."""
+"""The thread that drives an in-process vLLM EngineCore for AsyncLLM: commands run between steps on
+the engine thread, each step's outputs reach the event loop in order, a bad request fails alone,
+an engine failure reaches the output handler as vLLM's EngineDeadError. A scripted core stands in
+for vLLM's EngineCore here (the real one: tests/integration/test_vllm_inproc.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,18 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
+from vllm.v1.engine import FinishReason
+from vllm.v1.engine.exceptions import EngineDeadError
 
-from serving.engines.vllm_inproc import InprocLLM
-
-
-@dataclass
-class Output:
-    request_id: str
-    step: int
-    finished: bool
+from serving.engines.vllm_inproc import ThreadedCoreClient
 
 
 @dataclass
-class ScriptedEngine:
-    """Each request runs for its `max_tokens` steps; records what the driver asked of it."""
+class ScriptedCore:
+    """Each request runs for its `steps`; records what the driver asked of it."""
 
     fail_at_step: int | None = None
     requests: dict[str, int] = field(default_factory=dict)
@@ -33,118 +30,137 @@ class ScriptedEngine:
     shut_down: bool = False
 
     def __post_init__(self) -> None:
-        self.engine_core = self
-        self.tokenizer = "tokenizer"
+        self.scheduler = SimpleNamespace(has_requests=lambda: bool(self.requests))
 
-    def add_request(self, request_id: str, prompt: list[int], max_tokens: int) -> None:
+    def preprocess_add_request(self, request: SimpleNamespace) -> tuple[SimpleNamespace, int]:
         self.threads.add(threading.current_thread().name)
-        if not prompt:
+        if request.steps <= 0:
             raise ValueError("empty prompt")
-        self.requests[request_id] = max_tokens
+        return request, 0
 
-    def abort_request(self, request_ids: list[str]) -> None:
+    def add_request(self, request: SimpleNamespace, wave: int) -> None:
+        self.requests[request.request_id] = request.steps
+
+    def abort_requests(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
             if self.requests.pop(request_id, None) is not None:
                 self.aborted.append(request_id)
 
-    def has_unfinished_requests(self) -> bool:
-        return bool(self.requests)
+    def list_loras(self) -> set[int]:
+        self.threads.add(threading.current_thread().name)
+        return {7}
 
-    def step(self) -> list[Output]:
+    def step_fn(self) -> tuple[dict[int, SimpleNamespace], bool]:
         self.threads.add(threading.current_thread().name)
         time.sleep(0.001)  # a step takes time: commands queue up meanwhile
         self.steps += 1
         if self.steps == self.fail_at_step:
             raise RuntimeError("device lost")
-        outputs = []
+        done = []
         for request_id in list(self.requests):
             self.requests[request_id] -= 1
-            done = self.requests[request_id] == 0
-            if done:
+            if self.requests[request_id] == 0:
                 del self.requests[request_id]
-            outputs.append(Output(request_id, self.steps, done))
-        return outputs
+                done.append(request_id)
+        return {0: SimpleNamespace(step=self.steps, finished=done)}, True
+
+    def post_step(self, model_executed: bool) -> None:
+        pass
 
     def shutdown(self) -> None:
         self.shut_down = True
 
 
-def start(engine: ScriptedEngine) -> InprocLLM:
-    return InprocLLM.start(lambda: engine)
+def request(request_id: str, steps: int) -> SimpleNamespace:
+    return SimpleNamespace(request_id=request_id, steps=steps)
 
 
-async def collect(llm: InprocLLM, request_id: str, prompt: list[int], steps: int) -> list[Output]:
-    return [output async for output in llm.generate(prompt, steps, request_id)]
+async def outputs_until(client: ThreadedCoreClient, finished: set[str]) -> list:
+    seen, outputs = set(), []
+    while not finished <= seen:
+        output = await asyncio.wait_for(client.get_output_async(), 10)
+        outputs.append(output)
+        seen.update(getattr(output, "finished", None) or getattr(output, "finished_requests", ()))
+    return outputs
 
 
-def test_concurrent_requests_stream_their_own_outputs_on_the_engine_thread() -> None:
-    engine = ScriptedEngine()
-    llm = start(engine)
+def test_requests_run_on_the_engine_thread_and_steps_arrive_in_order() -> None:
+    core = ScriptedCore()
 
-    async def main() -> list[list[Output]]:
-        return await asyncio.gather(collect(llm, "a", [1], 3), collect(llm, "b", [2], 5))
+    async def main() -> list:
+        client = ThreadedCoreClient.start(lambda: core)
+        await client.add_request_async(request("a", 3))
+        await client.add_request_async(request("b", 5))
+        outputs = await outputs_until(client, {"a", "b"})
+        assert await client.list_loras_async() == {7}  # a utility call answers through a future
+        client.shutdown()
+        return outputs
 
-    a, b = asyncio.run(main())
-    llm.shutdown()
-    assert [o.request_id for o in a] == ["a"] * 3 and a[-1].finished
-    assert [o.request_id for o in b] == ["b"] * 5 and b[-1].finished
-    assert engine.threads == {"vllm-engine"}  # vLLM is only ever called from its own thread
-    assert engine.shut_down and engine.aborted == []
+    outputs = asyncio.run(main())
+    steps = [output.step for output in outputs]
+    assert steps == sorted(steps) and steps[-1] >= 5
+    assert core.threads == {"vllm-engine"}  # vLLM is only ever called from its own thread
+    assert core.shut_down and core.aborted == []
 
 
-def test_leaving_a_stream_early_aborts_that_request_only() -> None:
-    engine = ScriptedEngine()
-    llm = start(engine)
+def test_an_abort_stops_that_request_only() -> None:
+    core = ScriptedCore()
 
-    async def main() -> tuple[list[Output], list[Output]]:
-        other = asyncio.create_task(collect(llm, "keep", [1], 6))
-        stream = llm.generate([1], 10**9, "leave")  # runs until aborted
-        first = [await anext(stream)]
-        await stream.aclose()
-        return first, await other
+    async def main() -> None:
+        client = ThreadedCoreClient.start(lambda: core)
+        await client.add_request_async(request("leave", 10**9))
+        await client.add_request_async(request("keep", 6))
+        await client.get_output_async()
+        await client.abort_requests_async(["leave"])
+        await outputs_until(client, {"keep"})
+        client.shutdown()
 
-    first, kept = asyncio.run(main())
-    llm.shutdown()
-    assert first[0].request_id == "leave" and not first[0].finished
-    assert engine.aborted == ["leave"]
-    assert len(kept) == 6 and kept[-1].finished
+    asyncio.run(main())
+    assert core.aborted == ["leave"]
 
 
 def test_a_rejected_request_fails_alone() -> None:
-    engine = ScriptedEngine()
-    llm = start(engine)
+    core = ScriptedCore()
 
-    async def main() -> list[Output]:
-        with pytest.raises(ValueError, match="empty prompt"):
-            await collect(llm, "bad", [], 2)
-        return await collect(llm, "good", [1], 2)
+    async def main() -> list:
+        client = ThreadedCoreClient.start(lambda: core)
+        await client.add_request_async(request("bad", 0))
+        await client.add_request_async(request("good", 2))
+        outputs = await outputs_until(client, {"bad", "good"})
+        client.shutdown()
+        return outputs
 
-    assert len(asyncio.run(main())) == 2
-    asyncio.run(llm.check_health())
-    llm.shutdown()
+    outputs = asyncio.run(main())
+    errors = [o for o in outputs if getattr(o, "finished_requests", None)]
+    assert [o.outputs[0].finish_reason for o in errors] == [FinishReason.ERROR]
+    assert errors[0].outputs[0].request_id == "bad"
 
 
-def test_an_engine_failure_reaches_every_stream_and_the_health_check() -> None:
-    engine = ScriptedEngine(fail_at_step=2)
-    llm = start(engine)
+def test_an_engine_failure_reaches_the_output_handler_and_marks_the_engine_dead() -> None:
+    core = ScriptedCore(fail_at_step=2)
 
-    async def main() -> list[BaseException | list[Output]]:
-        return await asyncio.gather(collect(llm, "a", [1], 5), collect(llm, "b", [1], 5),
-                                    return_exceptions=True)
+    async def main() -> ThreadedCoreClient:
+        client = ThreadedCoreClient.start(lambda: core)
+        await client.add_request_async(request("a", 5))
+        with pytest.raises(EngineDeadError):
+            while True:
+                await asyncio.wait_for(client.get_output_async(), 10)
+        with pytest.raises(EngineDeadError):
+            await client.list_loras_async()
+        return client
 
-    results = asyncio.run(main())
-    assert all(isinstance(result, RuntimeError) for result in results), results
-    with pytest.raises(RuntimeError, match="device lost"):
-        asyncio.run(llm.check_health())
-    with pytest.raises(RuntimeError, match="engine thread failed"):
-        asyncio.run(collect(llm, "c", [1], 1))
-    llm.shutdown()  # joins the thread, which has stopped the engine core on its way out
-    assert engine.shut_down
+    client = asyncio.run(main())
+    assert client.resources.engine_dead  # AsyncLLM.errored reads this: health checks fail
+    client.shutdown()  # joins the thread, which has stopped the core on its way out
+    assert core.shut_down
 
 
 def test_a_failed_build_is_raised_to_the_caller() -> None:
     def build() -> None:
         raise MemoryError("no room for the KV cache")
 
+    async def main() -> None:
+        ThreadedCoreClient.start(build)
+
     with pytest.raises(MemoryError, match="KV cache"):
-        InprocLLM.start(build)
+        asyncio.run(main())
