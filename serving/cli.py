@@ -18,6 +18,7 @@ from serving.config import ConfigError, PlatformConfig, load_config
 from operators.crd import crd_command
 from serving.k8s_cli import render
 from serving.loadgen.cli import bench
+from serving.loadgen.vllm_client import vllm_bench
 from serving.models import ModelNotFoundError, resolve_model
 
 EXIT_USAGE = 2
@@ -187,6 +188,7 @@ main.add_command(analyze)
 main.add_command(bench)
 main.add_command(conformance)
 main.add_command(render)
+main.add_command(vllm_bench)
 render.add_command(crd_command)  # `render crd`: the operator's LLMService CRD
 
 if __name__ == "__main__":

@@ -78,7 +78,6 @@ def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | 
     """A vLLM stat-logger factory: the queue into `snapshot`, each step's request timings into
     the platform metrics. vLLM measures them where its own Prometheus metrics come from (arrival
     in the replica to each output), so nothing is timed per streamed chunk on the HTTP path."""
-    from vllm.v1.engine import FinishReason
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class PlatformStatsLogger(StatLoggerBase):
@@ -92,18 +91,26 @@ def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | 
                     scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
                 )
                 snapshot.kv_cache_usage = scheduler_stats.kv_cache_usage
-            if iteration_stats is None:
-                return
-            for finished in iteration_stats.finished_requests:
-                if finished.finish_reason == FinishReason.ABORT:
-                    snapshot.aborted_total += 1
-            if metrics is not None:
+            if iteration_stats is not None and metrics is not None:
                 record_iteration(metrics, iteration_stats)
 
         def log_engine_initialized(self) -> None:
             pass
 
     return PlatformStatsLogger
+
+
+def count_aborts(llm: Any, snapshot: SchedulerSnapshot) -> None:
+    """Count the requests the engine aborts (a client gone, a deadline): AsyncLLM aborts a request
+    whose stream is cancelled through `abort`, and vLLM keeps no statistics of aborted ones."""
+    abort = llm.abort
+
+    async def counted(request_id: Any, *args: Any, **kwargs: Any) -> None:
+        ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        snapshot.aborted_total += len(ids)
+        await abort(ids, *args, **kwargs)
+
+    llm.abort = counted
 
 
 def record_iteration(metrics: PlatformMetrics, stats: Any) -> None:
@@ -159,6 +166,7 @@ class VLLMEngine:
                 enable_log_requests=engine_args.enable_log_requests,
                 disable_log_stats=engine_args.disable_log_stats,
             )
+            count_aborts(llm, snapshot)
             marks = {**read_markers(phase_log), "start": spawned_at, "ready": time.time()}
             yield_cpu_to_control_plane(config)
         finally:

@@ -16,18 +16,54 @@ import pytest
 
 from serving.config import load_config, parse_config
 from serving.deployments.vllm_server import build_vllm_app
-from serving.engines.base import Delta, SamplingSpec
 from serving.engines.vllm import VLLMEngine
 from serving.engines.vllm_inproc import SWITCH_INTERVAL_S
 from serving.models import resolve_model
 from tests.integration.conftest import MODEL, Platform, extra_app
 
 PREFIX = "/inproc"
-GREEDY = SamplingSpec(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[VLLMEngine]:
+def greedy(max_tokens: int = 8):
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
+                          output_kind=RequestOutputKind.DELTA)
+
+
+async def collect(engine: VLLMEngine, request_id: str, prompt: list[int], max_tokens: int = 8):
+    from vllm.inputs.engine import tokens_input
+
+    stream = engine.llm.generate(tokens_input(prompt), greedy(max_tokens), request_id)
+    return [output.outputs[0] async for output in stream]
+
+
+def text(outputs: list) -> str:
+    return "".join(output.text for output in outputs)
+
+
+@pytest.fixture
+def restore_process_state() -> Iterator[None]:
+    """vLLM's CPU worker changes process-wide state: the environment, the switch interval (ours)
+    and torch.set_num_threads (made a no-op); later tests in this process get theirs back."""
+    import torch
+
+    environ, switch_interval = dict(os.environ), sys.getswitchinterval()
+    set_num_threads = torch.set_num_threads
+    yield
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.setswitchinterval(switch_interval)
+    torch.set_num_threads = set_num_threads
+
+
+async def test_the_inprocess_engine_core_streams_batches_aborts_and_rejects_alone(
+    restore_process_state: None,
+) -> None:
+    """AsyncLLM over the threaded in-process core: the same engine client vLLM's app serves."""
+    from vllm.exceptions import VLLMValidationError
+
     config = parse_config({
         "model": {"ref": MODEL, "max_model_len": 256, "dtype": "float32"},
         # cpu_niceness None: an in-process engine would lower every thread of this test process
@@ -35,71 +71,40 @@ def engine() -> Iterator[VLLMEngine]:
         "vllm": {"engine": {"kv_cache_memory_gb": 0.1, "max_num_seqs": 8,
                             "engine_core": "inprocess", "cpu_niceness": None}},
     })
-    import torch
-
-    # vLLM's CPU worker changes process-wide state: the environment, the switch interval (ours)
-    # and torch.set_num_threads (made a no-op); later tests in this process get theirs back.
-    environ, switch_interval = dict(os.environ), sys.getswitchinterval()
-    set_num_threads = torch.set_num_threads
     engine = VLLMEngine.start(config, resolve_model(config.model.ref, config.model.cache_dir))
-    yield engine
-    engine.shutdown()
-    os.environ.clear()
-    os.environ.update(environ)
-    sys.setswitchinterval(switch_interval)
-    torch.set_num_threads = set_num_threads
+    try:
+        assert type(engine.llm.engine_core).__name__ == "ThreadedCoreClient"
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+        assert multiprocessing.active_children() == []  # no spawned engine-core process
+        assert {"import_vllm", "engine_core", "model_load", "kv_cache_profile_warmup"} <= set(
+            engine.startup_timings)
 
+        one = await collect(engine, "one", [11, 12, 13, 14])
+        assert sum(len(o.token_ids) for o in one) == 8 and one[-1].finish_reason == "length"
 
-async def collect(engine: VLLMEngine, request_id: str, prompt: list[int],
-                  sampling: SamplingSpec = GREEDY) -> list[Delta]:
-    return [delta async for delta in engine.generate(request_id, prompt, sampling)]
+        alone = await collect(engine, "alone", [21, 22, 23])
+        batched = await asyncio.gather(*(collect(engine, f"b{i}", [21, 22, 23]) for i in range(4)))
+        assert [text(outputs) for outputs in batched] == [text(alone)] * 4
 
+        aborted_before = engine.stats().aborted_total
+        from vllm.inputs.engine import tokens_input
 
-async def test_a_request_streams_every_token_then_finishes(engine: VLLMEngine) -> None:
-    deltas = await collect(engine, "one", [11, 12, 13, 14])
-    assert sum(delta.num_tokens for delta in deltas) == 8
-    assert deltas[-1].finish_reason == "length"
-    assert all(delta.finish_reason is None for delta in deltas[:-1])
-    assert "".join(delta.text for delta in deltas)
+        stream = engine.llm.generate(tokens_input([31, 32]), greedy(200), "leave")
+        await anext(stream)
+        await stream.aclose()  # leaving the stream aborts the request in the engine
+        for _ in range(100):
+            if engine.stats().running == 0 and engine.stats().aborted_total > aborted_before:
+                break
+            await asyncio.sleep(0.05)
+        stats = engine.stats()
+        assert (stats.running, stats.waiting, stats.aborted_total) == (0, 0, aborted_before + 1)
 
-
-async def test_batched_requests_match_the_same_request_alone(engine: VLLMEngine) -> None:
-    alone = await collect(engine, "alone", [21, 22, 23])
-    batched = await asyncio.gather(*(collect(engine, f"b{i}", [21, 22, 23]) for i in range(4)))
-    text = "".join(delta.text for delta in alone)
-    assert ["".join(delta.text for delta in deltas) for deltas in batched] == [text] * 4
-
-
-async def test_leaving_a_stream_aborts_it_and_the_engine_serves_on(engine: VLLMEngine) -> None:
-    aborted_before = engine.stats().aborted_total
-    long = SamplingSpec(max_tokens=200, temperature=0.0, ignore_eos=True)
-    stream = engine.generate("leave", [31, 32], long)
-    await anext(stream)
-    await stream.aclose()
-    for _ in range(100):  # the abort runs on the engine thread before its next step
-        if engine.stats().running == 0:
-            break
-        await asyncio.sleep(0.05)
-    stats = engine.stats()
-    assert (stats.running, stats.waiting, stats.aborted_total) == (0, 0, aborted_before + 1)
-    assert sum(delta.num_tokens for delta in await collect(engine, "after", [33])) == 8
-
-
-async def test_a_prompt_over_the_context_fails_alone(engine: VLLMEngine) -> None:
-    from vllm.exceptions import VLLMValidationError
-
-    with pytest.raises(VLLMValidationError, match="is longer than the maximum model length"):
-        await collect(engine, "too-long", [5] * 300)
-    await engine.check_health()
-    assert sum(delta.num_tokens for delta in await collect(engine, "fine", [5] * 10)) == 8
-
-
-def test_the_engine_core_runs_in_this_process(engine: VLLMEngine) -> None:
-    assert type(engine.llm.engine.engine_core).__name__ == "InprocClient"
-    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
-    assert multiprocessing.active_children() == []  # no spawned engine-core process
-    timings = engine.startup_timings
-    assert {"import_vllm", "engine_core", "model_load", "kv_cache_profile_warmup"} <= set(timings)
+        with pytest.raises(VLLMValidationError, match="longer than the maximum model length"):
+            await collect(engine, "too-long", [5] * 300)
+        await engine.check_health()
+        assert sum(len(o.token_ids) for o in await collect(engine, "after", [5] * 10)) == 8
+    finally:
+        engine.shutdown()
 
 
 def test_a_replica_with_the_engine_core_inprocess_answers_as_the_default_one(
