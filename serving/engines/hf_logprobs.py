@@ -25,19 +25,31 @@ def top_entries(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float], ...]
 
 def token_logprob(logits: torch.Tensor, token_id: int, k: int) -> TokenLogprob:
     """The chosen token's raw logprob and the top k, from one position's logits."""
-    logprobs = raw_logprobs(logits)
-    return TokenLogprob(token_id, float(logprobs[token_id]), top_entries(logprobs, k))
+    return scored(logits, token_id, k)
+
+
+# Prompt positions per forward pass: full-vocabulary float32 logits of a long prompt at once
+# would not fit (32k tokens x 152k vocabulary = 20 GB); 512 of them take ~0.3 GB.
+PROMPT_CHUNK = 512
 
 
 def prompt_logprobs(
-    model: Any, prompt_ids: list[int], k: int, device: torch.device
+    model: Any, prompt_ids: list[int], k: int, device: torch.device, chunk: int = PROMPT_CHUNK
 ) -> tuple[TokenLogprob | None, ...]:
-    """Each prompt token's logprob given the tokens before it (one extra forward pass over the
-    prompt); the first is None: nothing predicts it."""
-    ids = torch.tensor([prompt_ids], device=device)
-    logits = model(input_ids=ids, use_cache=False).logits[0, :-1]
+    """Each prompt token's logprob given the tokens before it (one extra prefill over the
+    prompt, in chunks over a KV cache); the first is None: nothing predicts it."""
     entries: list[TokenLogprob | None] = [None]
-    for position, token in enumerate(prompt_ids[1:]):
-        logprobs = raw_logprobs(logits[position])
-        entries.append(TokenLogprob(token, float(logprobs[token]), top_entries(logprobs, k)))
+    cache = None
+    last = len(prompt_ids) - 1  # the last token predicts the output, not the prompt
+    for start in range(0, last, chunk):
+        ids = torch.tensor([prompt_ids[start:min(start + chunk, last)]], device=device)
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        for offset, row in enumerate(out.logits[0]):  # row predicts the token after its own
+            entries.append(scored(row, prompt_ids[start + offset + 1], k))
     return tuple(entries)
+
+
+def scored(logits: torch.Tensor, token_id: int, k: int) -> TokenLogprob:
+    logprobs = raw_logprobs(logits)
+    return TokenLogprob(token_id, float(logprobs[token_id]), top_entries(logprobs, k))

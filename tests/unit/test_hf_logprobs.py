@@ -12,6 +12,7 @@ import torch
 from serving.config import PlatformConfig
 from serving.engines.base import Delta, SamplingSpec
 from serving.engines.hf import MODES, HFEngine
+from serving.engines.hf_logprobs import prompt_logprobs
 from serving.models import TINY_REF, resolve_model
 
 PROMPT = "The capital of France is"
@@ -84,3 +85,14 @@ async def test_prompt_logprobs_come_once_and_score_each_prompt_token(
         assert entry.token_id == prompt_ids[position]
         assert entry.logprob == pytest.approx(float(reference[position - 1, entry.token_id]), abs=1e-5)
         assert len(entry.top) == 1
+
+
+def test_prompt_logprobs_in_chunks_match_one_pass(engine: HFEngine, prompt_ids: list[int]) -> None:
+    """Long prompts are scored a chunk at a time over a KV cache (bounded logits memory)."""
+    with torch.inference_mode():
+        whole = prompt_logprobs(engine.model, prompt_ids, 2, engine.device)
+        chunked = prompt_logprobs(engine.model, prompt_ids, 2, engine.device, chunk=2)
+    assert len(chunked) == len(whole) == len(prompt_ids) and chunked[0] is None
+    for a, b in zip(whole[1:], chunked[1:]):
+        assert a.token_id == b.token_id and a.logprob == pytest.approx(b.logprob, abs=1e-5)
+        assert [t for t, _ in a.top] == [t for t, _ in b.top]
