@@ -1,25 +1,19 @@
-"""Turn validated OpenAI requests into engine work, and engine deltas into OpenAI objects."""
+"""Turn validated OpenAI requests into engine work and run it; serving/api/responses.py turns the
+results into OpenAI objects."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from openai.types import Completion, CompletionChoice, CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
-from openai.types.chat.chat_completion import Choice as ChatChoice
-from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
-from openai.types.chat.chat_completion_chunk import ChoiceDelta
-
 from serving.api import limits as lim
 from serving.api.errors import APIError
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from serving.config import RequestLimits
-from serving.engines.base import MODEL_SAMPLING_FIELDS, Delta, Engine, SamplingSpec
+from serving.engines.base import MODEL_SAMPLING_FIELDS, Delta, Engine, SamplingSpec, TokenLogprob
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI legacy completions default
 
@@ -42,6 +36,8 @@ class ChoiceResult:
     num_tokens: int = 0
     finish_reason: str | None = None
     extra: dict = field(default_factory=dict)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 def new_request_id(prefix: str) -> str:
@@ -64,6 +60,20 @@ def check_mode(request: SamplingRequest, engine: Engine) -> None:
         raise APIError(
             f"unknown mode `{request.mode}` (modes: {offered})", param="mode", code="unknown_mode"
         )
+
+
+def check_logprobs(request: SamplingRequest, engine: Engine) -> None:
+    """An engine that cannot score tokens says so (400) rather than answering without logprobs."""
+    asked = request.sample_logprobs is not None or request.prompt_logprobs is not None
+    if asked and not getattr(engine, "supports_logprobs", False):
+        raise APIError("logprobs are not offered by this engine", param="logprobs")
+
+
+def check_request(request: SamplingRequest, engine: Engine) -> None:
+    """What the engine must offer for this request: its model, the mode, logprobs."""
+    check_model(request, engine)
+    check_mode(request, engine)
+    check_logprobs(request, engine)
 
 
 def tokenize_prompt(engine: Engine, prompt: str | list[int]) -> list[int]:
@@ -134,6 +144,8 @@ def sampling_spec(
         min_tokens=min(request.min_tokens, max_tokens),
         mode=request.mode,
         timings=request.timings,
+        logprobs=request.sample_logprobs,
+        prompt_logprobs=request.prompt_logprobs,
         **sampling_values(request, defaults or {}),
     )
 
@@ -223,80 +235,7 @@ async def collect(
         result.num_tokens += delta.num_tokens
         result.finish_reason = delta.finish_reason or result.finish_reason
         result.extra.update(delta.extra or {})
+        result.logprobs.extend(delta.logprobs or ())
+        if delta.prompt_logprobs is not None:
+            result.prompt_logprobs = delta.prompt_logprobs
     return results
-
-
-def usage(jobs: list[Job], completion_tokens: int) -> CompletionUsage:
-    prompt_tokens = sum(len(j.prompt_token_ids) for j in jobs if j.choice == 0)
-    return CompletionUsage(
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        total_tokens=prompt_tokens + completion_tokens,
-    )
-
-
-def completion_response(
-    request_id: str, model: str, jobs: list[Job], results: list[ChoiceResult]
-) -> Completion:
-    choices = [
-        CompletionChoice(
-            index=i, text=r.text, finish_reason=r.finish_reason or "stop", logprobs=None, **r.extra
-        )
-        for i, r in enumerate(results)
-    ]
-    return Completion(
-        id=request_id, object="text_completion", created=int(time.time()), model=model,
-        choices=choices, usage=usage(jobs, sum(r.num_tokens for r in results)),
-    )
-
-
-def chat_response(
-    request_id: str, model: str, jobs: list[Job], results: list[ChoiceResult]
-) -> ChatCompletion:
-    choices = [
-        ChatChoice(
-            index=i,
-            message=ChatCompletionMessage(role="assistant", content=r.text),
-            finish_reason=r.finish_reason or "stop",
-            **r.extra,
-        )
-        for i, r in enumerate(results)
-    ]
-    return ChatCompletion(
-        id=request_id, object="chat.completion", created=int(time.time()), model=model,
-        choices=choices, usage=usage(jobs, sum(r.num_tokens for r in results)),
-    )
-
-
-def completion_chunk(request_id: str, model: str, job: Job, delta: Delta) -> Completion:
-    # model_construct: a streamed choice has no finish_reason until its last chunk.
-    choice = CompletionChoice.model_construct(
-        index=job.index, text=delta.text, finish_reason=delta.finish_reason, logprobs=None,
-        **(delta.extra or {}),
-    )
-    return Completion.model_construct(
-        id=request_id, object="text_completion", created=int(time.time()), model=model,
-        choices=[choice],
-    )
-
-
-def chat_chunk(
-    request_id: str, model: str, index: int, content: str | None, finish_reason: str | None,
-    role: str | None = None, extra: dict | None = None,
-) -> ChatCompletionChunk:
-    choice = ChunkChoice(
-        index=index, delta=ChoiceDelta(role=role, content=content), finish_reason=finish_reason,
-        **(extra or {}),
-    )
-    return ChatCompletionChunk(
-        id=request_id, object="chat.completion.chunk", created=int(time.time()), model=model,
-        choices=[choice],
-    )
-
-
-def usage_chunk(request_id: str, model: str, jobs: list[Job], completion_tokens: int) -> Completion:
-    """The last streamed completion chunk when `stream_options.include_usage` is set."""
-    return Completion.model_construct(
-        id=request_id, object="text_completion", created=int(time.time()), model=model,
-        choices=[], usage=usage(jobs, completion_tokens),
-    )

@@ -1,15 +1,20 @@
 """Request bodies of the OpenAI routes. Responses use the `openai` package's own types.
 
 Unknown fields are rejected (400 naming the field), as the OpenAI API does, instead of being
-silently ignored. `ignore_eos` and `min_tokens` are vLLM's extensions, passed with `extra_body`."""
+silently ignored. `ignore_eos` and `min_tokens` are vLLM's extensions, passed with `extra_body`.
+Every field vLLM's benchmark client (`vllm.benchmarks.serve`, backends `openai` and `openai-chat`)
+sends is accepted, `"logprobs": null` and `repetition_penalty` included."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Stop = str | Annotated[list[str], Field(max_length=8)] | None
+# vLLM's default `max_logprobs`; OpenAI allows up to 20 top_logprobs too.
+MAX_LOGPROBS = 20
 
 
 def unencodable_path(value: Any, path: str = "") -> str | None:
@@ -93,10 +98,38 @@ class SamplingRequest(UnicodeRequest):
     def include_usage_in_stream(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def sample_logprobs(self) -> int | None:
+        """Top alternatives per generated token (0: the chosen token only); None: no logprobs."""
+        return None
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        """The same for each prompt token (completions' echo); None: none."""
+        return None
+
+
+PromptBatch = Annotated[list[str], Field(min_length=1, max_length=64)]
+TokenBatch = Annotated[list[list[int]], Field(min_length=1, max_length=64)]
+
 
 class CompletionRequest(SamplingRequest):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=64)] | list[int]
-    echo: bool = False
+    # A list of token-id lists is a batch of pre-tokenized prompts (lm-evaluation-harness sends it).
+    prompt: str | PromptBatch | list[int] | TokenBatch
+    echo: bool = Field(False, description="Return the prompt before the completion.")
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_LOGPROBS,
+        description="Logprobs of each token plus this many most likely (legacy completions shape); "
+        "with echo, of the prompt's tokens too.",
+    )
+
+    @property
+    def sample_logprobs(self) -> int | None:
+        return self.logprobs
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        return self.logprobs if self.echo else None  # as vLLM: echo + logprobs scores the prompt
 
     @field_validator("prompt")
     @classmethod
@@ -112,6 +145,11 @@ class CompletionRequest(SamplingRequest):
         if all(isinstance(item, int) for item in self.prompt):
             return [list(self.prompt)]
         return list(self.prompt)
+
+    def prompt_text(self, index: int, decode: Callable[[list[int]], str]) -> str:
+        """The text of one prompt of the batch, as echo returns it (token ids are decoded)."""
+        prompt = self.prompts()[index]
+        return prompt if isinstance(prompt, str) else decode(prompt)
 
 
 class TextPart(BaseModel):
@@ -135,6 +173,20 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(SamplingRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=256)]
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = Field(False, description="Return each output token's logprob.")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=MAX_LOGPROBS, description="Most likely tokens per position (needs logprobs)."
+    )
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:  # vLLM's and OpenAI's rule
+            raise ValueError("top_logprobs: when using `top_logprobs`, `logprobs` must be set to true")
+        return self
+
+    @property
+    def sample_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def token_limit(self) -> int | None:

@@ -15,6 +15,7 @@ from sse_starlette import EventSourceResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api import generation as gen
+from serving.api import responses as resp
 from serving.api.auth import KeyRing
 from serving.api.errors import APIError, error_body, install_error_handlers
 from serving.api.limits import install_guards
@@ -35,8 +36,10 @@ def json_response(obj: BaseModel) -> JSONResponse:
 
 def sse(events: AsyncIterator[str]) -> EventSourceResponse:
     # sse-starlette frames `data:` events and cancels the generator when the client disconnects;
-    # cancellation reaches the engine and aborts the request there.
-    return EventSourceResponse(_as_events(events), ping=15)
+    # cancellation reaches the engine and aborts the request there. Events end in "\n\n" as
+    # vLLM's server sends them: vLLM's bench client splits on "\n\n" and, given sse-starlette's
+    # default "\r\n", loses every event that arrives in one read with another.
+    return EventSourceResponse(_as_events(events), ping=15, sep="\n")
 
 
 async def _as_events(events: AsyncIterator[str]) -> AsyncIterator[dict]:
@@ -59,33 +62,35 @@ async def stream_errors_as_events(events: AsyncIterator[str]) -> AsyncIterator[s
 
 async def completion_events(
     deltas: AsyncIterator[tuple[gen.Job, Delta]], request_id: str, request: CompletionRequest,
-    jobs: list[gen.Job],
+    jobs: list[gen.Job], decoder: resp.Decoder,
 ) -> AsyncIterator[str]:
+    stream = resp.CompletionStream(request_id, request, decoder)
     completion_tokens = 0
     async for job, delta in deltas:
         completion_tokens += delta.num_tokens
-        yield gen.completion_chunk(request_id, request.model, job, delta).model_dump_json()
+        yield stream.chunk(job, delta).model_dump_json()
     if request.include_usage_in_stream:
-        yield gen.usage_chunk(request_id, request.model, jobs, completion_tokens).model_dump_json()
+        yield resp.usage_chunk(request_id, request.model, jobs, completion_tokens).model_dump_json()
 
 
 async def chat_events(
     deltas: AsyncIterator[tuple[gen.Job, Delta]], request_id: str, request: ChatCompletionRequest,
-    jobs: list[gen.Job],
+    jobs: list[gen.Job], decoder: resp.Decoder,
 ) -> AsyncIterator[str]:
     for job in jobs:  # the role comes first, once per choice, as OpenAI sends it
-        yield gen.chat_chunk(request_id, request.model, job.index, "", None, role="assistant").model_dump_json()
+        yield resp.chat_chunk(request_id, request.model, job.index, "", None, role="assistant").model_dump_json()
     completion_tokens = 0
     async for job, delta in deltas:
         completion_tokens += delta.num_tokens
-        chunk = gen.chat_chunk(
-            request_id, request.model, job.index, delta.text, delta.finish_reason, extra=delta.extra
+        chunk = resp.chat_chunk(
+            request_id, request.model, job.index, delta.text, delta.finish_reason,
+            extra=delta.extra, logprobs=resp.chat_logprobs(request, delta.logprobs, decoder),
         )
         yield chunk.model_dump_json()
     if request.include_usage_in_stream:
-        final = gen.chat_chunk(request_id, request.model, 0, None, None)
+        final = resp.chat_chunk(request_id, request.model, 0, None, None)
         final.choices = []
-        final.usage = gen.usage(jobs, completion_tokens)
+        final.usage = resp.usage(jobs, completion_tokens)
         yield final.model_dump_json()
 
 
@@ -121,6 +126,7 @@ def build_openai_app(
     install_guards(app, keys, limits.max_body_bytes if limits else None)
     timeout_s = limits.request_timeout_s if limits else None
     created = int(time.time())
+    decoder = resp.Decoder(engine.tokenizer)
     if metrics is not None:
         app.add_middleware(StatusCounter, metrics=metrics)
 
@@ -141,27 +147,25 @@ def build_openai_app(
 
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest):
-        gen.check_model(request, engine)
-        gen.check_mode(request, engine)
+        gen.check_request(request, engine)
         request_id = gen.new_request_id("cmpl")
         jobs = gen.completion_jobs(engine, request_id, request, limits)
         if request.stream:
-            events = completion_events(deltas(jobs), request_id, request, jobs)
+            events = completion_events(deltas(jobs), request_id, request, jobs, decoder)
             return sse(stream_errors_as_events(events))
         results = await gen.collect(deltas(jobs), jobs)
-        return json_response(gen.completion_response(request_id, request.model, jobs, results))
+        return json_response(resp.completion_response(request_id, request, jobs, results, decoder))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: ChatCompletionRequest):
-        gen.check_model(request, engine)
-        gen.check_mode(request, engine)
+        gen.check_request(request, engine)
         request_id = gen.new_request_id("chatcmpl")
         jobs = gen.chat_jobs(engine, request_id, request, limits)
         if request.stream:
-            events = chat_events(deltas(jobs), request_id, request, jobs)
+            events = chat_events(deltas(jobs), request_id, request, jobs, decoder)
             return sse(stream_errors_as_events(events))
         results = await gen.collect(deltas(jobs), jobs)
-        return json_response(gen.chat_response(request_id, request.model, jobs, results))
+        return json_response(resp.chat_response(request_id, request, jobs, results, decoder))
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -41,6 +41,7 @@ from serving.engines.base import (
     SamplingSpec,
     model_sampling_defaults,
 )
+from serving.engines.hf_logprobs import prompt_logprobs, token_logprob
 from serving.engines.hf_rows import (
     Row,
     choose_token,
@@ -48,6 +49,7 @@ from serving.engines.hf_rows import (
     left_pad,
     row_timings,
     seeded_generator,
+    take_delta,
 )
 
 MODES = ("generate", "no-cache", "kv-cache", "static-batch")
@@ -94,6 +96,7 @@ class HFEngine:
     """A transformers model on one device, served by one worker thread."""
 
     modes: tuple[str, ...] = MODES
+    supports_logprobs = True
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, max_model_len: int,
                  settings: HFDeploymentConfig) -> None:
@@ -206,6 +209,7 @@ class HFEngine:
             error: BaseException | None = None
             try:
                 with torch.inference_mode():
+                    self._add_prompt_logprobs(rows)
                     runners[row.mode](rows)
             except Exception as err:  # a failed job fails its requests, not the worker
                 error = err
@@ -240,6 +244,15 @@ class HFEngine:
             elif not row.done:  # the loop ended without a finish (cannot happen; never hang)
                 row.emit(RuntimeError("generation ended without a finish reason"))
 
+    def _add_prompt_logprobs(self, rows: list[Row]) -> None:
+        """Echo with logprobs: one more pass over the prompt (generate() keeps only the last
+        position's logits)."""
+        for row in rows:
+            if row.spec.prompt_logprobs is not None:
+                row.prompt_logprobs = prompt_logprobs(
+                    self.model, row.prompt_ids, row.spec.prompt_logprobs, self.device
+                )
+
     def _run_generate(self, rows: list[Row]) -> None:
         input_ids, attention_mask = left_pad([r.prompt_ids for r in rows], self.pad_id, self.device)
         config = GenerationConfig(
@@ -273,6 +286,8 @@ class HFEngine:
     def step(self, row: Row, logits: torch.Tensor) -> int:
         """Pick one row's next token and stream it; a token is final once chosen."""
         token = choose_token(logits, row, self.eos_ids)
+        if row.spec.logprobs is not None:
+            row.unsent_logprobs.append(token_logprob(logits, token, row.spec.logprobs))
         self._accept(row, token)
         return token
 
@@ -306,13 +321,12 @@ class HFEngine:
         new = text[len(row.text_sent):]
         if new:
             row.text_sent += new
-            row.emit(Delta(new, row.unsent_tokens))
-            row.unsent_tokens = 0
+            row.emit(take_delta(row, new))
 
     def _send_final(self, row: Row, text: str, finish: FinishReason) -> None:
         extra = {"timings": row_timings(row)} if row.spec.timings else None
-        delta = Delta(text[len(row.text_sent):], row.unsent_tokens, finish, extra)
-        row.text_sent, row.unsent_tokens = text, 0
+        delta = take_delta(row, text[len(row.text_sent):], finish, extra)
+        row.text_sent = text
         if row.mode == "static-batch":
             row.held = delta  # a static batch answers everyone when its longest row ends
         else:

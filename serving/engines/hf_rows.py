@@ -18,7 +18,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from serving.engines.base import Delta, FinishReason, SamplingSpec
+from serving.engines.base import Delta, FinishReason, SamplingSpec, TokenLogprob
 
 Emit = Callable[[Delta | BaseException], None]
 
@@ -43,10 +43,26 @@ class Row:
     finish: FinishReason | None = None
     batch_size: int = 1
     held: Delta | None = None  # static-batch: the final delta waits for the whole batch
+    unsent_logprobs: list[TokenLogprob] = field(default_factory=list)  # travel with unsent tokens
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None  # sent with the first delta
 
     @property
     def done(self) -> bool:
         return self.finish is not None or self.cancelled.is_set()
+
+
+def take_delta(
+    row: Row, text: str, finish: FinishReason | None = None, extra: dict[str, Any] | None = None
+) -> Delta:
+    """The row's next delta: new text plus the tokens (and logprobs) not sent yet."""
+    asked = row.spec.logprobs is not None
+    delta = Delta(
+        text, row.unsent_tokens, finish, extra,
+        logprobs=tuple(row.unsent_logprobs) if asked else None,
+        prompt_logprobs=row.prompt_logprobs,
+    )
+    row.unsent_tokens, row.unsent_logprobs, row.prompt_logprobs = 0, [], None
+    return delta
 
 
 def seeded_generator(seed: int | None, device: torch.device) -> torch.Generator | None:

@@ -100,6 +100,18 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
 
 
 @pytest.fixture(scope="session")
+def plain_vllm(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Plain vLLM's own OpenAI server (`vllm serve`'s module) on the platform's model and engine
+    arguments, for comparisons: its OpenAI base URL. Started inside the platform's lock."""
+    from serving.config import load_config
+    from serving.loadgen.peers import vllm_peer
+
+    log_path = tmp_path_factory.mktemp("plain-vllm") / "server.log"
+    with vllm_peer(load_config(platform.config_path), platform.model, log_path) as target:
+        yield target.base_url
+
+
+@pytest.fixture(scope="session")
 def http(platform: Platform) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=platform.url, timeout=120) as client:
         yield client
