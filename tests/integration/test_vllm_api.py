@@ -150,7 +150,9 @@ BAD = [
      {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404),
     ("empty messages", "/v1/chat/completions", {"model": "tiny-qwen2", "messages": []}, 400),
     ("messages not a list", "/v1/chat/completions", {"model": "tiny-qwen2", "messages": "hi"}, 400),
-    ("unknown mode", "/v1/completions", {"model": "tiny-qwen2", "prompt": "a", "mode": "kv-cache"}, 400),
+    ("top_logprobs over max_logprobs", "/v1/chat/completions",
+     {"model": "tiny-qwen2", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+      "top_logprobs": 50}, 400),
 ]
 
 
