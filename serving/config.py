@@ -173,6 +173,13 @@ class AnalysisDeploymentConfig(StrictModel):
 class HTTPConfig(StrictModel):
     host: str = Field("127.0.0.1", description="Address the Serve HTTP proxy binds.")
     port: int = Field(8000, gt=0, lt=65536, description="Port of the Serve HTTP proxy.")
+    ingress: Literal["proxy", "haproxy"] = Field(
+        "proxy",
+        description="proxy: Serve's Python HTTP proxy forwards each request (and each streamed "
+        "chunk) to a replica through Ray. haproxy: Ray's HAProxy ingress "
+        "(RAY_SERVE_ENABLE_HA_PROXY) sends HTTP straight to the replicas' own HTTP servers, "
+        "which then bind every interface.",
+    )
 
 
 class RayConfig(StrictModel):
@@ -230,7 +237,9 @@ def ray_env(config: PlatformConfig) -> dict[str, str]:
     ]
     # Apps deployed later (or by hand) get the default: cheap, and the autoscaler reacts fast.
     push_s = str(min(intervals, default=AutoscalingSettings().metrics_interval_s))
+    ingress = {"RAY_SERVE_ENABLE_HA_PROXY": "1"} if config.http.ingress == "haproxy" else {}
     return {
+        **ingress,
         "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
         "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
         # Metrics reach Prometheus every 2 s instead of Ray's 10 s.

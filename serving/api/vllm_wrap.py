@@ -92,6 +92,49 @@ class RequestDeadline:
             await send({"type": "http.response.body", "body": event, "more_body": False})
 
 
+class OpenAIErrorBodies:
+    """ASGI middleware: a 4xx whose JSON body is FastAPI's bare `{"detail": ...}` (vLLM's app
+    answers a body that is not JSON that way) gets the OpenAI error shape. Only such error
+    responses are buffered; every other response, streams included, passes through as sent."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] = {}
+
+        async def reshaping_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
+                held["start"], held["body"] = message, b""
+                return
+            if "start" not in held:
+                await send(message)
+                return
+            held["body"] += message.get("body", b"")
+            if not message.get("more_body", False):
+                await self._send_reshaped(held["start"], held["body"], send)
+
+        await self.app(scope, receive, reshaping_send)
+
+    @staticmethod
+    async def _send_reshaped(start: Message, body: bytes, send: Send) -> None:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict) and set(payload) == {"detail"}:
+            detail = payload["detail"]
+            message = detail if isinstance(detail, str) else json.dumps(detail)
+            body = json.dumps(error_body(message, start["status"])).encode()
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 class StatusCounter:
     """ASGI middleware counting responses by status when their headers go out. Plain ASGI, not
     BaseHTTPMiddleware, so streams and client-disconnect cancellation pass through untouched."""
@@ -169,7 +212,7 @@ def wrap_vllm_app(
         return JSONResponse(health_body(engine, metrics))
 
     replace_health(app, health)
-    outer: ASGIApp = app
+    outer: ASGIApp = OpenAIErrorBodies(app)
     if limits.request_timeout_s is not None:
         outer = RequestDeadline(outer, limits.request_timeout_s)
     outer = BodySizeLimit(outer, limits.max_body_bytes)

@@ -113,9 +113,11 @@ def fuzz_operation(
 def fuzz_app(
     base_url: str, examples: int, headers: dict[str, str] | None = None,
     served_model: str | None = None, schema_headers: dict[str, str] | None = None,
+    paths: frozenset[str] | None = None,
 ) -> FuzzReport:
     """Fuzz every operation of the app at `base_url` (its OpenAPI document at /openapi.json,
-    fetched with `schema_headers`, default `headers`); every case is sent with `headers`."""
+    fetched with `schema_headers`, default `headers`), or those under `paths`; every case is sent
+    with `headers`."""
     headers = headers or {}
     schema = schemathesis.openapi.from_url(
         f"{base_url}/openapi.json", headers=schema_headers or headers, timeout=60
@@ -123,6 +125,8 @@ def fuzz_app(
     report = FuzzReport()
     for result in schema.get_all_operations():
         operation = result.ok()
+        if paths is not None and operation.path not in paths:
+            continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             fuzz_operation(operation, mode, examples, base_url, headers, served_model, report)
     return report

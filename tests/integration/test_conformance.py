@@ -30,7 +30,7 @@ def test_platform_passes_every_case_plain_vllm_passes(platform: Platform, tmp_pa
     config = load_config(str(platform.config_path))
     with vllm_peer(config, platform.model, tmp_path / "vllm-peer.log") as peer:
         done = run_cli(
-            "conformance", "--target", f"{VLLM_PEER_NAME}={peer.url}",
+            "conformance", "--target", f"{VLLM_PEER_NAME}={peer.base_url}",
             "--target", f"platform={platform.api}", "--model", platform.model,
             "--require-superset", VLLM_PEER_NAME, "--output", str(tmp_path / "report"),
             "--timeout", "60", timeout=900,

@@ -91,3 +91,29 @@ async def test_a_stream_past_the_deadline_ends_with_an_error_event() -> None:
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["error"]["code"] == "request_timeout"
     assert app.state.cancelled.is_set()
+
+
+async def test_fastapis_bare_detail_error_gets_the_openai_shape_and_other_answers_pass() -> None:
+    from fastapi import HTTPException
+
+    from serving.api.vllm_wrap import OpenAIErrorBodies
+
+    app = FastAPI()
+
+    @app.post("/parse")
+    async def parse():
+        raise HTTPException(400, "There was an error parsing the body")
+
+    @app.get("/fine")
+    async def fine():
+        return {"detail": "a 200 is left alone"}
+
+    transport = httpx.ASGITransport(app=OpenAIErrorBodies(app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        bad = await client.post("/parse")
+        fine_answer = await client.get("/fine")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"] == "There was an error parsing the body"
+    assert set(bad.json()["error"]) == {"message", "type", "param", "code"}
+    assert int(bad.headers["content-length"]) == len(bad.content)
+    assert fine_answer.json() == {"detail": "a 200 is left alone"}
