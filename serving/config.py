@@ -173,12 +173,12 @@ class AnalysisDeploymentConfig(StrictModel):
 class HTTPConfig(StrictModel):
     host: str = Field("127.0.0.1", description="Address the Serve HTTP proxy binds.")
     port: int = Field(8000, gt=0, lt=65536, description="Port of the Serve HTTP proxy.")
-    ingress: Literal["proxy", "haproxy"] = Field(
-        "proxy",
-        description="proxy: Serve's Python HTTP proxy forwards each request (and each streamed "
-        "chunk) to a replica through Ray. haproxy: Ray's HAProxy ingress "
-        "(RAY_SERVE_ENABLE_HA_PROXY) sends HTTP straight to the replicas' own HTTP servers, "
-        "which then bind every interface.",
+    ingress: Literal["haproxy", "proxy"] = Field(
+        "haproxy",
+        description="haproxy: Ray's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY) sends HTTP "
+        "straight to the replicas' own HTTP servers, which then bind every interface (vLLM's "
+        "app at plain vLLM's speed). proxy: Serve's Python HTTP proxy forwards each request and "
+        "each streamed chunk to a replica through Ray.",
     )
 
 

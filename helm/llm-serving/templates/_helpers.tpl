@@ -147,8 +147,13 @@ applications:
 {{- end }}
 {{- end -}}
 
-{{/* serving.config.ray_env(): Serve's metric push intervals follow the fastest autoscaled app. */}}
+{{/* serving.config.ray_env(): the ingress, and Serve's metric push intervals follow the fastest
+autoscaled app. */}}
 {{- define "llm-serving.rayEnv" -}}
+{{- if eq (dig "http" "ingress" "haproxy" .Values.platform) "haproxy" -}}
+- name: RAY_SERVE_ENABLE_HA_PROXY
+  value: "1"
+{{ end -}}
 {{- $intervals := list -}}
 {{- range $name := list "vllm" "hf" -}}
 {{- $scaling := dig $name "autoscaling" nil $.Values.platform -}}
