@@ -1,9 +1,12 @@
-"""Per-request latency and token metrics, measured where the deltas leave the engine."""
+"""Per-request latency and token metrics, measured where the deltas leave the engine, and the
+response status count, measured where the headers leave the app."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.generation import Job
 from serving.engines.base import Delta
@@ -35,3 +38,24 @@ async def observed(
     finally:
         prompt_tokens = sum(len(j.prompt_token_ids) for j in jobs if j.choice == 0)
         metrics.record_request(prompt_tokens, output_tokens, time.perf_counter() - arrived)
+
+
+class StatusCounter:
+    """ASGI middleware counting responses by status when their headers go out. Plain ASGI, not
+    BaseHTTPMiddleware, so streams and client-disconnect cancellation pass through untouched."""
+
+    def __init__(self, app: ASGIApp, metrics: PlatformMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.record_status(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counting_send)

@@ -12,14 +12,13 @@ from fastapi.responses import JSONResponse
 from openai.types import Model
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api import generation as gen
 from serving.api import responses as resp
 from serving.api.auth import KeyRing
 from serving.api.errors import APIError, error_body, install_error_handlers
 from serving.api.limits import install_guards
-from serving.api.observe import observed
+from serving.api.observe import StatusCounter, observed
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest
 from serving.config import RequestLimits
 from serving.engines.base import Delta, Engine
@@ -92,27 +91,6 @@ async def chat_events(
         final.choices = []
         final.usage = resp.usage(jobs, completion_tokens)
         yield final.model_dump_json()
-
-
-class StatusCounter:
-    """ASGI middleware counting responses by status when their headers go out. Plain ASGI, not
-    BaseHTTPMiddleware, so streams and client-disconnect cancellation pass through untouched."""
-
-    def __init__(self, app: ASGIApp, metrics: PlatformMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def counting_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.metrics.record_status(message["status"])
-            await send(message)
-
-        await self.app(scope, receive, counting_send)
 
 
 def build_openai_app(

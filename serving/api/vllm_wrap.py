@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving.api.auth import APIKeyAuth, KeyRing
 from serving.api.errors import APIError, error_body, error_response
 from serving.api.limits import BodySizeLimit, timeout_error
+from serving.api.observe import StatusCounter
 from serving.config import RequestLimits
 from serving.metrics import PlatformMetrics
 
@@ -133,27 +134,6 @@ class OpenAIErrorBodies:
             start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-class StatusCounter:
-    """ASGI middleware counting responses by status when their headers go out. Plain ASGI, not
-    BaseHTTPMiddleware, so streams and client-disconnect cancellation pass through untouched."""
-
-    def __init__(self, app: ASGIApp, metrics: PlatformMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def counting_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.metrics.record_status(message["status"])
-            await send(message)
-
-        await self.app(scope, receive, counting_send)
 
 
 def replace_health(app: FastAPI, health: Callable[[], Any]) -> None:
