@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
+from serving.config import ConfigError, load_config
 from serving.conformance.report import summary_line, superset_regressions, to_json, to_markdown
 from serving.conformance.runner import (
     CASES, CaseResult, ConformanceError, parse_targets, run_target, served_model,
 )
+from serving.loadgen.peers import VLLM_PEER_NAME, PeerError, vllm_peer
 
 
 def write_reports(output: Path, markdown: str, report: dict) -> None:
@@ -24,6 +29,19 @@ def write_reports(output: Path, markdown: str, report: dict) -> None:
 def check_base(base: str | None, names: list[str]) -> None:
     if base is not None and base not in names:
         raise ConformanceError(f"--require-superset {base!r} is not a target name ({', '.join(names)})")
+
+
+@contextlib.contextmanager
+def with_vllm_peer(specs: tuple[str, ...], config_path: Path | None,
+                   output: Path | None) -> Iterator[tuple[str, ...]]:
+    """The targets, with plain vLLM's server first when a platform config names its options."""
+    if config_path is None:
+        yield specs
+        return
+    config = load_config(str(config_path))
+    log = (output or Path(tempfile.mkdtemp(prefix="conformance-"))) / "vllm-peer.log"
+    with vllm_peer(config, config.model.name, log) as peer:
+        yield (f"{VLLM_PEER_NAME}={peer.base_url}", *specs)
 
 
 def run_all(specs: tuple[str, ...], model: str | None, api_key: str, timeout: float,
@@ -64,12 +82,17 @@ def run_all(specs: tuple[str, ...], model: str | None, api_key: str, timeout: fl
 @click.option("--require-superset", "base", metavar="NAME",
               help="Exit non-zero when a case that passes on target NAME does not pass on another.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds per request.")
+@click.option("--peer-vllm", "peer_config", metavar="CONFIG",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also start plain vLLM's server (target vllm-serve, listed first) with this "
+              "platform config's model and vllm serve options.")
 def conformance(targets: tuple[str, ...], model: str | None, api_key: str, output: Path | None,
-                base: str | None, timeout: float) -> None:
+                base: str | None, timeout: float, peer_config: Path | None) -> None:
     """One case per OpenAI / vLLM API feature against each target: ok / fails / not offered."""
     try:
-        code = run_all(targets, model, api_key, timeout, output, base)
-    except ConformanceError as err:
+        with with_vllm_peer(targets, peer_config, output) as specs:
+            code = run_all(specs, model, api_key, timeout, output, base)
+    except (ConformanceError, ConfigError, PeerError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(1)
     sys.exit(code)

@@ -4,6 +4,7 @@ and the superset check over fake results, and the command against a fake server 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import openai
@@ -186,3 +187,13 @@ def test_command_errors_are_one_line() -> None:
     ]
     base = runner.invoke(main, ["conformance", "--target", "a=http://h/v1", "--require-superset", "b"])
     assert base.exit_code == 1 and "error: --require-superset 'b' is not a target name" in base.output
+
+
+def test_peer_vllm_with_a_bad_config_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "platform.yaml"
+    config.write_text("model:\n  reff: default\n")
+    result = CliRunner().invoke(main, ["conformance", "--target", "a=http://127.0.0.1:9/v1",
+                                       "--peer-vllm", str(config)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "reff" in lines[0]
