@@ -59,10 +59,17 @@ def test_disabling_analysis_leaves_vllm_byte_identical() -> None:
     assert vllm_block({"platform": {"analysis": {"enabled": False}}}) == default
 
 
+def args_text(block: str) -> str:
+    """The `args:` part of an app's block in serveConfigV2, as KubeRay sends it to Serve."""
+    return block[block.index("args:"):block.index("deployments:")]
+
+
 def test_autoscaling_change_moves_only_deployment_options() -> None:
     """max_replicas is a Serve deployment option (applied in place), never part of the args."""
     before = vllm_app({})
-    after = vllm_app({"platform": {"vllm": {"autoscaling": {"max_replicas": 3}}}})
+    changed = {"platform": {"vllm": {"autoscaling": {"max_replicas": 3}}}}
+    after = vllm_app(changed)
+    assert args_text(vllm_block(changed)) == args_text(vllm_block({}))
     assert after["args"] == before["args"]
     assert before["deployments"][0]["autoscaling_config"]["max_replicas"] == 4
     assert after["deployments"][0]["autoscaling_config"]["max_replicas"] == 3
