@@ -132,7 +132,7 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
 @one_line_errors
 def apply(config_path: str, timeout: float) -> None:
     """Apply a changed config to the running platform, as a RayService upgrade does. Replica
-    counts and autoscaling change in place (same replicas); an app whose own settings changed
+    counts and autoscaling bounds change in place (same replicas); an app whose own settings changed
     rolls, new replicas loading before old ones stop (max_surge_percent); other apps keep
     running. http.* and ray.* need `down` and `up`."""
     from serving import local
