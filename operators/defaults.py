@@ -25,7 +25,6 @@ WORKER_RESOURCES: dict[str, dict[str, Any]] = {
     "cpu": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}},
 }
 CPU_APP_GROUP = {"replicas": 1, "minReplicas": 1, "maxReplicas": 2}  # workers.cpu, for HF/analysis
-UPGRADE_STRATEGY = "NewCluster"  # values.yaml ray.upgradeStrategy
 WORKER_SCALING_ANNOTATION = "llm-serving.io/worker-scaling"
 GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -40,6 +39,8 @@ AUTOSCALER: dict[str, Any] = {
 
 MODEL_CACHE_PATH = "/models"
 MODEL_CACHE_SIZE_LIMIT = "50Gi"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+HF_TOKEN_MODE = 0o440  # the Secret's files: readable by the ray group only
 PREFETCH_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "1", "memory": "4Gi"},
     "limits": {"cpu": "1", "memory": "4Gi"},

@@ -5,7 +5,11 @@ renders the same spec for the same platform config and cluster knobs, with the c
 (operators.defaults) for the rest; tests/k8s/test_operator_matches_chart.py holds them equal.
 Knobs -> chart values: image -> image.repository:tag, gpusPerReplica -> workers.gpu.gpusPerWorker
 (0 -> the workers.cpu group instead), workers.min/max -> replicas = minReplicas / maxReplicas,
-resources -> the group's resources; the LLMService name plays the release name and fullname."""
+resources -> the group's resources, pods.{nodeSelector,tolerations,runtimeClassName,
+priorityClassName} -> that group's fields, pods.imagePullSecrets -> imagePullSecrets,
+pods.hfTokenSecret -> model.hfToken.existingSecret/key, pods.modelCacheClaim ->
+model.cache.persistentVolumeClaim.existingClaim, upgradeStrategy -> ray.upgradeStrategy; the
+LLMService name plays the release name and fullname."""
 
 from __future__ import annotations
 
@@ -55,15 +59,19 @@ def api_service_name(name: str) -> str:
     return f"{name}-api"
 
 
-def model_env() -> list[Doc]:
-    return [
+def model_env(spec: LLMServiceSpec) -> list[Doc]:
+    env = [
         {"name": "HF_HOME", "value": f"{d.MODEL_CACHE_PATH}/huggingface"},
         {"name": "LLM_SERVING_CACHE", "value": f"{d.MODEL_CACHE_PATH}/llm-serving"},
     ]
+    token = spec.pods.hf_token_secret
+    if token is not None:  # a file, not an env var: huggingface_hub reads HF_TOKEN_PATH
+        env.append({"name": "HF_TOKEN_PATH", "value": f"{d.HF_TOKEN_DIR}/{token.key}"})
+    return env
 
 
-def ray_container_env(config: PlatformConfig) -> list[Doc]:
-    return [{"name": k, "value": v} for k, v in ray_env(config).items()] + model_env()
+def ray_container_env(spec: LLMServiceSpec) -> list[Doc]:
+    return [{"name": k, "value": v} for k, v in ray_env(spec.platform).items()] + model_env(spec)
 
 
 def api_keys_env(spec: LLMServiceSpec) -> list[Doc]:
@@ -75,8 +83,44 @@ def api_keys_env(spec: LLMServiceSpec) -> list[Doc]:
     return [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}]
 
 
-def model_mounts() -> list[Doc]:
-    return [{"name": "model-cache", "mountPath": d.MODEL_CACHE_PATH}]
+def model_mounts(spec: LLMServiceSpec) -> list[Doc]:
+    mounts: list[Doc] = [{"name": "model-cache", "mountPath": d.MODEL_CACHE_PATH}]
+    if spec.pods.hf_token_secret is not None:
+        mounts.append({"name": "hf-token", "mountPath": d.HF_TOKEN_DIR, "readOnly": True})
+    return mounts
+
+
+def pod_volumes(spec: LLMServiceSpec, role: str) -> list[Doc]:
+    """The model cache (the shared claim on workers when there is one; the head runs no
+    replicas, so it never holds it) and the token Secret."""
+    claim = spec.pods.model_cache_claim
+    if claim and role != "head":
+        cache: Doc = {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}
+    else:
+        cache = {"name": "model-cache", "emptyDir": {"sizeLimit": d.MODEL_CACHE_SIZE_LIMIT}}
+    volumes = [cache]
+    token = spec.pods.hf_token_secret
+    if token is not None:
+        secret = {"secretName": token.name, "defaultMode": d.HF_TOKEN_MODE}
+        volumes.append({"name": "hf-token", "secret": secret})
+    return volumes
+
+
+def worker_placement(spec: LLMServiceSpec) -> Doc:
+    """Pod spec fields that place the LLMService's worker group (chart: workers.<group>.*)."""
+    pods = spec.pods
+    tolerations = (
+        [t.model_dump(by_alias=True, exclude_none=True) for t in pods.tolerations]
+        if pods.tolerations is not None
+        else (d.GPU_TOLERATIONS if spec.gpus_per_replica else [])
+    )
+    placement = {
+        "runtimeClassName": pods.runtime_class_name,
+        "priorityClassName": pods.priority_class_name,
+        "nodeSelector": pods.node_selector,
+        "tolerations": tolerations,
+    }
+    return {key: value for key, value in placement.items() if value}
 
 
 def ports(config: PlatformConfig, role: str) -> list[Doc]:
@@ -114,11 +158,11 @@ def ray_container(spec: LLMServiceSpec, role: str, resources: Doc) -> Doc:
         "image": spec.image,
         "imagePullPolicy": d.PULL_POLICY,
         "ports": ports(spec.platform, role),
-        "env": ray_container_env(spec.platform) + api_keys_env(spec),
+        "env": ray_container_env(spec) + api_keys_env(spec),
         "resources": resources,
         "securityContext": d.CONTAINER_SECURITY_CONTEXT,
         **probes(role),
-        "volumeMounts": model_mounts(),
+        "volumeMounts": model_mounts(spec),
     }
 
 
@@ -129,10 +173,10 @@ def prefetch_container(spec: LLMServiceSpec) -> Doc:
         "image": spec.image,
         "imagePullPolicy": d.PULL_POLICY,
         "command": ["python", "-c", d.PREFETCH_SCRIPT, spec.platform.model.ref],
-        "env": model_env(),
+        "env": model_env(spec),
         "resources": d.PREFETCH_RESOURCES,
         "securityContext": d.CONTAINER_SECURITY_CONTEXT,
-        "volumeMounts": model_mounts(),
+        "volumeMounts": model_mounts(spec),
     }
 
 
@@ -141,19 +185,20 @@ def pod_template(
     spec: LLMServiceSpec,
     role: str,
     resources: Doc,
-    tolerations: list[Doc],
+    placement: Doc,
     annotations: dict[str, str] | None = None,
 ) -> Doc:
     pod: Doc = {}
     if role != "head":
         pod["automountServiceAccountToken"] = False  # only the head's autoscaler uses the API
     pod["securityContext"] = d.POD_SECURITY_CONTEXT
-    if tolerations:
-        pod["tolerations"] = tolerations
+    pod.update(placement)
+    if spec.pods.image_pull_secrets:
+        pod["imagePullSecrets"] = [s.model_dump() for s in spec.pods.image_pull_secrets]
     if role != "head":
         pod["initContainers"] = [prefetch_container(spec)]
     pod["containers"] = [ray_container(spec, role, resources)]
-    pod["volumes"] = [{"name": "model-cache", "emptyDir": {"sizeLimit": d.MODEL_CACHE_SIZE_LIMIT}}]
+    pod["volumes"] = pod_volumes(spec, role)
     pod_labels = {
         "app.kubernetes.io/part-of": d.CHART_NAME,
         "app.kubernetes.io/instance": name,
@@ -187,14 +232,15 @@ def gpu_ray_start_params(spec: LLMServiceSpec) -> dict[str, str]:
 
 def worker_group(name: str, spec: LLMServiceSpec) -> Doc:
     kind = "gpu" if spec.gpus_per_replica else "cpu"
-    tolerations = d.GPU_TOLERATIONS if kind == "gpu" else []
     return {
         "groupName": d.WORKER_GROUP[kind],
         "replicas": spec.workers.min,
         "minReplicas": spec.workers.min,
         "maxReplicas": spec.workers.max,
         "rayStartParams": gpu_ray_start_params(spec) if kind == "gpu" else {},
-        "template": pod_template(name, spec, "worker", worker_resources(spec), tolerations),
+        "template": pod_template(
+            name, spec, "worker", worker_resources(spec), worker_placement(spec)
+        ),
     }
 
 
@@ -213,7 +259,7 @@ def cpu_app_group(name: str, spec: LLMServiceSpec) -> Doc:
         "groupName": d.WORKER_GROUP["cpu"],
         **d.CPU_APP_GROUP,
         "rayStartParams": {},
-        "template": pod_template(name, spec, "worker", resources, []),
+        "template": pod_template(name, spec, "worker", resources, {}),
     }
 
 
@@ -257,7 +303,7 @@ def rayservice_spec(name: str, spec: LLMServiceSpec) -> Doc:
     groups = worker_groups(name, spec)
     head_annotations = {d.WORKER_SCALING_ANNOTATION: worker_scaling_hash(groups)}
     return {
-        "upgradeStrategy": {"type": d.UPGRADE_STRATEGY},
+        "upgradeStrategy": {"type": spec.upgrade_strategy},
         "serveConfigV2": yaml.safe_dump(serve_config_v2(config), sort_keys=False),
         "serveService": serve_service(name, config),
         "rayClusterConfig": {
@@ -272,7 +318,7 @@ def rayservice_spec(name: str, spec: LLMServiceSpec) -> Doc:
             "headGroupSpec": {
                 "rayStartParams": d.HEAD_RAY_START_PARAMS,
                 "template": pod_template(
-                    name, spec, "head", d.HEAD_RESOURCES, [], head_annotations
+                    name, spec, "head", d.HEAD_RESOURCES, {}, head_annotations
                 ),
             },
             "workerGroupSpecs": groups,

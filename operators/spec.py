@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from serving.config import PlatformConfig, format_validation_error
+from serving.k8s_schema import UpgradeStrategy
 
 GROUP = "serving.llm-serving.io"
 VERSION = "v1alpha1"
@@ -59,6 +60,69 @@ class SecretKeyRef(CamelModel):
     key: str = Field("api-keys", min_length=1, description="Key inside the Secret.")
 
 
+class TokenSecretRef(CamelModel):
+    name: str = Field(min_length=1, description="Name of a Secret in the LLMService's namespace.")
+    key: str = Field("HF_TOKEN", min_length=1, description="Key of the token inside the Secret.")
+
+
+class LocalObjectReference(CamelModel):
+    name: str = Field(min_length=1, description="Name of the object in the same namespace.")
+
+
+class Toleration(CamelModel):
+    """A Kubernetes toleration (core/v1 Toleration)."""
+
+    key: str | None = Field(None, description="Taint key; unset with operator Exists: every taint.")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
+    value: str | None = Field(None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect; unset: every effect."
+    )
+    toleration_seconds: int | None = Field(
+        None, alias="tolerationSeconds", description="NoExecute: how long the pod stays bound."
+    )
+
+
+class PodSettings(CamelModel):
+    """Pod settings of the RayService (the chart's values of the same names): a private registry,
+    a gated model's token, the shared model cache, and where the worker group runs."""
+
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list,
+        alias="imagePullSecrets",
+        description="Secrets for pulling the image from a private registry (every Ray pod).",
+    )
+    hf_token_secret: TokenSecretRef | None = Field(
+        None,
+        alias="hfTokenSecret",
+        description="Secret with a Hugging Face token (gated models), mounted as a file that "
+        "every Ray and prefetch container reads through HF_TOKEN_PATH.",
+    )
+    model_cache_claim: str | None = Field(
+        None,
+        alias="modelCacheClaim",
+        min_length=1,
+        description="An existing PersistentVolumeClaim for the model cache of every worker "
+        "(weights download once per cluster); unset: an emptyDir per pod.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, alias="nodeSelector", description="Node selector of worker pods."
+    )
+    tolerations: list[Toleration] | None = Field(
+        None,
+        description="Tolerations of worker pods; unset: the nvidia.com/gpu NoSchedule taint on "
+        "GPU workers, none on CPU workers.",
+    )
+    runtime_class_name: str | None = Field(
+        None,
+        alias="runtimeClassName",
+        description="RuntimeClass of worker pods (e.g. nvidia where it is not the default).",
+    )
+    priority_class_name: str | None = Field(
+        None, alias="priorityClassName", description="Priority class of worker pods."
+    )
+
+
 def gpu_demand(config: PlatformConfig) -> int:
     """GPUs Serve may ask for at most: one per replica of every enabled app on accelerator gpu."""
     demand = 0
@@ -99,6 +163,17 @@ class LLMServiceSpec(CamelModel):
         alias="apiKeySecret",
         description="Secret with the API keys every app accepts (comma-separated); Ray "
         "containers get them in platform.auth.api_keys_env. Unset: no keys from a Secret.",
+    )
+    pods: PodSettings = Field(
+        default_factory=PodSettings,
+        description="Registry, token, model cache and placement of the Ray pods.",
+    )
+    upgrade_strategy: UpgradeStrategy = Field(
+        "NewCluster",
+        alias="upgradeStrategy",
+        description="KubeRay's RayService upgradeStrategy.type: how a change of the cluster "
+        "(image, resources, pods, worker bounds) is applied. NewCluster: a second RayCluster "
+        "takes over once its apps serve (zero downtime, twice the resources meanwhile).",
     )
 
     @model_validator(mode="after")

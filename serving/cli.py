@@ -124,6 +124,40 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
     click.echo("stopped")
 
 
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="The changed platform config YAML.")
+@click.option("--timeout", default=600.0, show_default=True,
+              help="Seconds to wait for every app to run and answer its health check.")
+@one_line_errors
+def apply(config_path: str, timeout: float) -> None:
+    """Apply a changed config to the running platform, as a RayService upgrade does. Replica
+    counts and autoscaling bounds change in place (same replicas); an app whose own settings changed
+    rolls, new replicas loading before old ones stop (max_surge_percent); other apps keep
+    running. http.* and ray.* need `down` and `up`."""
+    from serving import local
+
+    running = local.load_state()
+    if running is None:
+        raise local.PlatformError("no platform is running here; start one with `llm-serving up`")
+    config = load_config(config_path)
+    local.check_applicable(running, config)
+    if config.vllm.enabled:
+        from serving.engines.vllm_args import check_server_args
+
+        check_server_args(config)
+    resolve_model(config.model.ref, config.model.cache_dir)
+    started = time.monotonic()
+    local.connect()
+    deadline = time.monotonic() + timeout
+    local.deploy(config, timeout)
+    for url in local.health_urls(config):
+        local.wait_healthy(url, max(1.0, deadline - time.monotonic()))
+    local.save_state(local.endpoints(config))
+    click.echo(f"applied in {time.monotonic() - started:.0f}s")
+    print_ready(local.endpoints(config))
+
+
 def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
 

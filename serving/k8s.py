@@ -94,15 +94,22 @@ def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
     return apps
 
 
-def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
-    """serveConfigV2 of the RayService, checked against Ray Serve's own schema."""
+def serve_config(config: PlatformConfig, host: str) -> dict[str, Any]:
+    """Serve's config document of the platform (ServeDeploySchema), checked against Ray Serve's
+    own schema. The RayService carries it; `llm-serving up`/`apply` PUT it to the local head's
+    dashboard, so both deploy each app from the same `args` and deployment options."""
     document = {
         "proxy_location": "EveryNode",
-        "http_options": {"host": SERVE_HOST, "port": config.http.port},
+        "http_options": {"host": host, "port": config.http.port},
         "applications": serve_applications(config),
     }
     validate_serve_config(document)
     return document
+
+
+def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
+    """serveConfigV2 of the RayService: the proxy listens beyond loopback in a pod."""
+    return serve_config(config, SERVE_HOST)
 
 
 def validate_serve_config(document: dict[str, Any]) -> None:

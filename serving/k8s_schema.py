@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 Schema = dict[str, Any]
+# KubeRay's RayService spec.upgradeStrategy.type: the chart's ray.upgradeStrategy and the
+# LLMService's upgradeStrategy accept these.
+UpgradeStrategy = Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]
 
 # A mapping key at any indentation; list items ("- key: ...") are not keys of the parent map.
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.\-/]+):(?P<rest>.*)$")
@@ -181,7 +184,7 @@ def chart_values() -> dict[str, Schema]:
         "ray": closed(
             {
                 "version": string(pattern=r"^\d+\.\d+\.\d+$"),
-                "upgradeStrategy": {"enum": ["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]},
+                "upgradeStrategy": {"enum": list(get_args(UpgradeStrategy))},
                 "gcsFaultTolerance": closed(
                     {
                         "enabled": BOOL,

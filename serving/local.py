@@ -1,6 +1,9 @@
 """A local platform: a Ray head on this machine, Serve's HTTP proxy on loopback, every app deployed.
 
-`up` records the URLs in a small state file so `status` and `down` find the running platform."""
+Apps are deployed as a RayService deploys them: the same Serve config document (serving.k8s),
+PUT to the head's dashboard, so a changed config applied to a running platform (`apply`) restarts
+only the apps whose own settings changed, and replica counts and autoscaling change in place.
+`up` records the URLs in a small state file so `status`, `apply` and `down` find the platform."""
 
 from __future__ import annotations
 
@@ -12,10 +15,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from serving.config import PlatformConfig, ray_env
+from serving.k8s import serve_config
 from serving.models import cache_root
 
 RAY_NAMESPACE = "llm-serving"
@@ -36,6 +41,26 @@ class Endpoints:
     # Defaults keep state files written before these fields loadable; None when the app is off.
     hf_url: str | None = None  # the transformers baseline's OpenAI routes, e.g. .../hf/v1
     analysis_url: str | None = None  # the analysis routes, e.g. .../analysis
+    started_with: dict[str, Any] | None = None  # restart_settings() of the running platform
+
+
+def restart_settings(config: PlatformConfig) -> dict[str, Any]:
+    """The sections a running platform cannot change: the Ray head and Serve's proxy start with
+    them (ports, CPUs, ingress environment)."""
+    return config.model_dump(mode="json", include={"http", "ray"})
+
+
+def check_applicable(running: Endpoints, config: PlatformConfig) -> None:
+    """Refuse a config whose http/ray sections differ from the running platform's."""
+    if running.started_with is None:  # a state file written before the field existed
+        return
+    new = restart_settings(config)
+    changed = sorted(key for key in new if new[key] != running.started_with.get(key))
+    if changed:
+        raise PlatformError(
+            f"changed {', '.join(changed)}: a running platform takes those only on a restart; "
+            "run `llm-serving down`, then `llm-serving up` with the new config"
+        )
 
 
 def endpoints(config: PlatformConfig) -> Endpoints:
@@ -60,6 +85,7 @@ def endpoints(config: PlatformConfig) -> Endpoints:
         analysis_url=(
             f"{http}{config.analysis.route_prefix.rstrip('/')}" if config.analysis.enabled else None
         ),
+        started_with=restart_settings(config),
     )
 
 
@@ -123,21 +149,37 @@ def connect() -> None:
 
 
 def deploy(config: PlatformConfig, timeout_s: float = 600.0) -> None:
-    from ray import serve
+    """Deploy (or re-deploy) every enabled app and wait until all of them run. Serve compares
+    each app's import path and args with what runs: an unchanged app keeps its replicas (new
+    deployment options apply in place), a changed one rolls, an app left out is deleted."""
+    document = serve_config(config, host=config.http.host)
+    dashboard = f"http://{config.ray.dashboard_host}:{config.ray.dashboard_port}"
+    put_serve_config(dashboard, document, timeout_s=min(timeout_s, DASHBOARD_WAIT_S))
+    wait_deployed([app["name"] for app in document["applications"]], timeout_s)
 
-    from serving.app import build_apps
 
-    serve.start(http_options={"host": config.http.host, "port": config.http.port})
-    targets = [
-        serve.RunTarget(target=app.application, name=app.name, route_prefix=app.route_prefix)
-        for app in build_apps(config)
-    ]
-    try:
-        # Serve's own wait has no deadline and reports a failure without its cause: wait here.
-        serve.run_many(targets, wait_for_applications_running=False)
-    except RuntimeError as err:
-        raise PlatformError(f"deployment failed: {str(err).splitlines()[0]}") from None
-    wait_deployed([t.name for t in targets], timeout_s)
+DASHBOARD_WAIT_S = 60.0  # a head just started answers on its dashboard within seconds
+
+
+def put_serve_config(dashboard_url: str, document: dict[str, Any], timeout_s: float) -> None:
+    """PUT the document to Serve's REST API on the dashboard, as KubeRay and `serve deploy` do.
+    Retries while the dashboard (or its Serve module) is still coming up."""
+    url = f"{dashboard_url}/api/serve/applications/"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            response = httpx.put(url, json=document, timeout=120)
+            if response.status_code not in (404, 502, 503):  # not up yet: retried
+                break
+            last = f"HTTP {response.status_code}"
+        except httpx.TransportError as err:
+            last = type(err).__name__
+        if time.monotonic() >= deadline:
+            raise PlatformError(f"Ray's dashboard at {dashboard_url} took no config ({last})")
+        time.sleep(1)
+    if response.status_code != 200:
+        cause = root_cause(response.text)
+        raise PlatformError(f"deployment failed: Serve refused the config: {cause}")
 
 
 def root_cause(message: str) -> str:

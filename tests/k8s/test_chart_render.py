@@ -250,3 +250,46 @@ def test_replicas_panel_survives_scrapes_without_the_gauge() -> None:
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     replica = [e for e in exprs if "ray_serve_deployment_replica_healthy" in e]
     assert replica and all("last_over_time(ray_serve_deployment_replica_healthy[" in e for e in replica)
+
+
+def fake_release(answer: dict):
+    """A loopback stand-in for the release's API Service: every chat completion gets `answer`."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def chat(_request) -> JSONResponse:
+        return JSONResponse(answer)
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+GOOD_ANSWER = {
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "passes"),
+    [(GOOD_ANSWER, True), ({**GOOD_ANSWER, "choices": []}, False),
+     ({**GOOD_ANSWER, "usage": {"completion_tokens": 0}}, False)],
+    ids=["openai-shape", "no-choice", "no-tokens"],
+)
+def test_helm_test_script_passes_only_an_openai_answer(answer: dict, passes: bool) -> None:
+    """The test pod's own script, run against a loopback server in place of the release."""
+    import subprocess
+    import sys
+
+    from tests.unit.loopback import serve_on_loopback
+
+    container = rendered("default").one("Pod")["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    with serve_on_loopback(fake_release(answer)) as url:
+        done = subprocess.run([sys.executable, "-c", container["args"][0]], capture_output=True,
+                              text=True, timeout=60, env={**env, "URL": url})
+    assert (done.returncode == 0) is passes, done.stderr[-500:]
+    if passes:
+        assert done.stdout.strip() == "ok: Paris."

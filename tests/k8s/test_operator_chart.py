@@ -98,3 +98,17 @@ def test_example_resource_matches_the_crd() -> None:
     # OpenAPI v3 schemas are draft-4 style (boolean exclusiveMinimum); `nullable` and
     # `x-kubernetes-int-or-string` are extensions jsonschema ignores.
     jsonschema.Draft4Validator(schema).validate(example)
+
+
+def test_pod_settings_pass_the_crd_and_bad_ones_do_not() -> None:
+    from tests.k8s.test_operator_matches_chart import CASES
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = crd.crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    validator = jsonschema.Draft4Validator(schema)
+    spec = CASES["pod-settings"][1]
+    resource = {"apiVersion": "serving.llm-serving.io/v1alpha1", "kind": "LLMService",
+                "metadata": {"name": "qwen"}, "spec": spec}
+    validator.validate(resource)
+    bad = {**spec, "pods": {"tolerations": [{"operator": "Sometimes"}]}}
+    assert not validator.is_valid({**resource, "spec": bad})

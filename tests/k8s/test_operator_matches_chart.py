@@ -81,6 +81,26 @@ CASES["api-keys-from-a-secret"] = (
 )
 
 
+# Every pod setting: a private registry, a gated model's token, a shared cache, placement.
+CASES["pod-settings"] = (
+    {},
+    {
+        **CASES["chart-defaults"][1],
+        "upgradeStrategy": "None",
+        "pods": {
+            "imagePullSecrets": [{"name": "regcred"}],
+            "hfTokenSecret": {"name": "hf", "key": "token"},
+            "modelCacheClaim": "models",
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm",
+                             "effect": "NoSchedule"}],
+            "runtimeClassName": "nvidia",
+            "priorityClassName": "inference",
+        },
+    },
+)
+
+
 def platform_of(overrides: Doc) -> Doc:
     """The platform block an install of the chart ends up with: its default platform with the
     overrides merged in (null deletes a key). The LLMService gets this whole block, so neither
@@ -111,7 +131,22 @@ def chart_values(knobs: Doc, overrides: Doc) -> Doc:
     if "apiKeySecret" in knobs:
         secret = knobs["apiKeySecret"]
         values["apiKeys"] = {"existingSecret": secret["name"], "key": secret["key"]}
+    if "upgradeStrategy" in knobs:
+        values["ray"] = {"upgradeStrategy": knobs["upgradeStrategy"]}
+    pods = knobs.get("pods", {})
+    group.update({k: pods[k] for k in PLACEMENT if k in pods})
+    if "imagePullSecrets" in pods:
+        values["imagePullSecrets"] = pods["imagePullSecrets"]
+    if "hfTokenSecret" in pods:
+        token = pods["hfTokenSecret"]
+        values["model"] = {"hfToken": {"existingSecret": token["name"], "key": token["key"]}}
+    if "modelCacheClaim" in pods:
+        claim = {"enabled": True, "existingClaim": pods["modelCacheClaim"]}
+        values.setdefault("model", {})["cache"] = {"persistentVolumeClaim": claim}
     return values
+
+
+PLACEMENT = ("nodeSelector", "tolerations", "runtimeClassName", "priorityClassName")
 
 
 def comparable(spec: Doc) -> Doc:

@@ -59,10 +59,17 @@ def test_disabling_analysis_leaves_vllm_byte_identical() -> None:
     assert vllm_block({"platform": {"analysis": {"enabled": False}}}) == default
 
 
+def args_text(block: str) -> str:
+    """The `args:` part of an app's block in serveConfigV2, as KubeRay sends it to Serve."""
+    return block[block.index("args:"):block.index("deployments:")]
+
+
 def test_autoscaling_change_moves_only_deployment_options() -> None:
     """max_replicas is a Serve deployment option (applied in place), never part of the args."""
     before = vllm_app({})
-    after = vllm_app({"platform": {"vllm": {"autoscaling": {"max_replicas": 3}}}})
+    changed = {"platform": {"vllm": {"autoscaling": {"max_replicas": 3}}}}
+    after = vllm_app(changed)
+    assert args_text(vllm_block(changed)) == args_text(vllm_block({}))
     assert after["args"] == before["args"]
     assert before["deployments"][0]["autoscaling_config"]["max_replicas"] == 4
     assert after["deployments"][0]["autoscaling_config"]["max_replicas"] == 3
@@ -139,3 +146,31 @@ def test_template_defaults_mirror_platform_config() -> None:
     rayservice = next(d for d in k8s_render.render_documents(partial) if d["kind"] == "RayService")
     platform = PlatformConfig.model_validate(k8s_render.merged_values(partial)["platform"])
     assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)
+
+
+def vllm_code_version(values: dict[str, Any]) -> str:
+    """The code version Serve gives the rendered vLLM app (Ray's own function): replicas restart
+    when, and only when, it changes."""
+    from ray.serve._private.deploy_utils import get_app_code_version
+    from ray.serve.schema import ServeApplicationSchema
+
+    return get_app_code_version(ServeApplicationSchema.model_validate(vllm_app(values)))
+
+
+@pytest.mark.parametrize(
+    ("platform", "restarts"),
+    [
+        ({"analysis": {"enabled": False}}, False),
+        ({"hf": {"mode": "kv-cache", "max_ongoing_requests": 2}}, False),
+        ({"vllm": {"autoscaling": {"max_replicas": 3, "target_queue_depth": 8}}}, False),
+        ({"vllm": {"max_ongoing_requests": 64, "max_surge_percent": 50}}, False),
+        ({"vllm": {"engine": {"max_num_seqs": 64}}}, True),
+        ({"model": {"max_model_len": 2048}}, True),
+        # Serve hashes whether a deployment autoscales: turning autoscaling off rolls the app.
+        ({"vllm": {"autoscaling": None, "num_replicas": 2}}, True),
+    ],
+    ids=["analysis-off", "hf-settings", "autoscaling-bounds", "replica-options", "engine",
+         "model", "autoscaling-off"],
+)
+def test_serve_restarts_vllm_only_for_its_own_settings(platform: dict, restarts: bool) -> None:
+    assert (vllm_code_version({"platform": platform}) != vllm_code_version({})) is restarts

@@ -64,3 +64,28 @@ def test_state_file_from_before_the_app_urls_still_loads(tmp_path: Path, monkeyp
     state_file().write_text(json.dumps(old))
     ep = load_state()
     assert ep is not None and ep.api_url == "a" and ep.hf_url is None
+
+
+def test_apply_without_a_platform_says_how_to_start(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LLM_SERVING_CACHE", str(tmp_path))
+    path = tmp_path / "platform.yaml"
+    path.write_text("vllm:\n  autoscaling: {max_replicas: 2}\n")
+    result = CliRunner().invoke(main, ["apply", "--config", str(path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: no platform is running here; start one with `llm-serving up`"
+    )
+
+
+def test_apply_refuses_a_new_port_before_touching_the_platform(tmp_path: Path, monkeypatch) -> None:
+    from serving import local
+
+    monkeypatch.setenv("LLM_SERVING_CACHE", str(tmp_path))
+    local.save_state(local.endpoints(PlatformConfig()))
+    monkeypatch.setattr(local, "deploy", lambda *_: (_ for _ in ()).throw(AssertionError("ran")))
+    path = tmp_path / "platform.yaml"
+    path.write_text("http: {port: 9100}\n")
+    result = CliRunner().invoke(main, ["apply", "--config", str(path)])
+    assert result.exit_code == 1
+    assert "error: changed http: a running platform takes those only on a restart" in result.output
+    assert "llm-serving down" in result.output

@@ -1,12 +1,17 @@
-"""`llm-serving up`'s deployment wait: a failed app's cause is the replica's exception line, and
-replicas drain their requests on scale-down (Serve's graceful-shutdown options from config)."""
+"""`llm-serving up`/`apply`: the RayService's Serve config PUT to the dashboard (an app's args only
+change with its own settings), a refused config or a failed app reported by its cause, replicas
+draining on scale-down, and settings only a restart applies refused by `apply`."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
+
+import pytest
 
 from serving import local
 from serving.config import parse_config
+from tests.unit.loopback import free_port, serve_on_loopback
 
 TRACEBACK = (
     "The deployment failed to start 1 times in a row. This may be due to a problem with its "
@@ -57,3 +62,100 @@ def test_replicas_drain_open_requests_before_they_stop() -> None:
     assert options["graceful_shutdown_wait_loop_s"] == 1.0
     # The default outlasts Serve's own 20 s, which would cut long generations.
     assert parse_config({}).hf.replica_options()["graceful_shutdown_timeout_s"] == 120.0
+
+
+# -- deploying and re-deploying: the RayService's Serve config, PUT to the dashboard -------------
+
+def deployed_document(config, monkeypatch) -> dict:
+    """The document `local.deploy` sends, captured instead of PUT (no Ray here)."""
+    sent: dict = {}
+    monkeypatch.setattr(local, "put_serve_config", lambda url, doc, timeout_s: sent.update(doc))
+    monkeypatch.setattr(local, "wait_deployed", lambda names, timeout_s: None)
+    local.deploy(config)
+    return sent
+
+
+def vllm_entry(document: dict) -> dict:
+    return next(app for app in document["applications"] if app["name"] == "vllm")
+
+
+def test_local_deploy_sends_the_rayservice_serve_config(monkeypatch) -> None:
+    from serving.k8s import serve_config_v2
+
+    config = parse_config({"http": {"port": 8123}, "vllm": {"autoscaling": {"max_replicas": 2}}})
+    document = deployed_document(config, monkeypatch)
+    assert document["http_options"] == {"host": "127.0.0.1", "port": 8123}  # loopback here
+    assert document["applications"] == serve_config_v2(config)["applications"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"analysis": {"enabled": False}}, {"hf": {"mode": "kv-cache"}},
+     {"vllm": {"autoscaling": {"max_replicas": 3}}}, {"vllm": {"max_ongoing_requests": 64}}],
+    ids=["analysis-off", "hf-mode", "max-replicas", "max-ongoing"],
+)
+def test_a_change_outside_vllms_args_keeps_its_args(monkeypatch, change: dict) -> None:
+    """Serve restarts an app only when its import path or args change."""
+    base = {"vllm": {"autoscaling": {"max_replicas": 2}}}
+    merged = {**base, **change} if "vllm" not in change else change
+    before = vllm_entry(deployed_document(parse_config(base), monkeypatch))["args"]
+    after = vllm_entry(deployed_document(parse_config(merged), monkeypatch))["args"]
+    assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True)
+
+
+def test_an_engine_change_is_in_vllms_args(monkeypatch) -> None:
+    before = vllm_entry(deployed_document(parse_config({}), monkeypatch))["args"]
+    changed = parse_config({"vllm": {"engine": {"max_num_seqs": 8}}})
+    assert vllm_entry(deployed_document(changed, monkeypatch))["args"] != before
+
+
+class Dashboard:
+    """A stand-in for Serve's REST API on the dashboard: answers from a script, records bodies."""
+
+    def __init__(self, answers: list[tuple[int, str]]) -> None:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import PlainTextResponse
+        from starlette.routing import Route
+
+        self.bodies: list[dict] = []
+
+        async def put(request: Request) -> PlainTextResponse:
+            self.bodies.append(await request.json())
+            status, text = answers.pop(0) if len(answers) > 1 else answers[0]
+            return PlainTextResponse(text, status_code=status)
+
+        self.app = Starlette(routes=[Route("/api/serve/applications/", put, methods=["PUT"])])
+
+
+def test_put_waits_for_the_dashboard_then_sends_the_document() -> None:
+    dashboard = Dashboard([(503, "starting"), (200, "")])
+    with serve_on_loopback(dashboard.app) as url:
+        local.put_serve_config(url, {"applications": []}, timeout_s=30)
+    assert dashboard.bodies == [{"applications": []}, {"applications": []}]
+
+
+def test_a_refused_config_is_one_line_with_serves_reason() -> None:
+    refusal = (
+        "Traceback (most recent call last):\n  ...\n"
+        "ValueError: route_prefix must start with /"
+    )
+    with serve_on_loopback(Dashboard([(400, refusal)]).app) as url, \
+            pytest.raises(local.PlatformError) as err:
+        local.put_serve_config(url, {}, timeout_s=30)
+    assert str(err.value) == (
+        "deployment failed: Serve refused the config: ValueError: route_prefix must start with /"
+    )
+
+
+def test_no_dashboard_is_an_error_naming_it() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(local.PlatformError, match=f"Ray's dashboard at {url} took no config"):
+        local.put_serve_config(url, {}, timeout_s=0)
+
+
+def test_apply_refuses_what_only_a_restart_changes() -> None:
+    running = local.endpoints(parse_config({}))
+    local.check_applicable(running, parse_config({"vllm": {"autoscaling": {"max_replicas": 3}}}))
+    with pytest.raises(local.PlatformError, match="^changed http, ray: "):
+        local.check_applicable(running, parse_config({"http": {"port": 9}, "ray": {"num_cpus": 2}}))

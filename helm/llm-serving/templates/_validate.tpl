@@ -109,7 +109,9 @@ platform: Serve may run {{ $demand }} GPU replica(s) (max_replicas / num_replica
 KubeRay prerequisite. Only a cluster can answer: the lookup is empty when rendering offline
 (`helm template`, lint), so the check runs on install/upgrade only. kube-root-ca.crt exists in
 every namespace; the release namespace does not yet under --create-namespace, so `default`
-answers then (whoever may create namespaces may read it).
+answers then (whoever may create namespaces may read it). The API itself comes from discovery
+(.Capabilities), which every user may read; a lookup of the CRD object would need a cluster-wide
+grant on CRDs that namespace-scoped installers lack, and Helm fails the render on Forbidden.
 */}}
 {{- define "llm-serving.validate.kuberay" -}}
 {{- if .Values.kuberay.checkOperator -}}
