@@ -123,8 +123,8 @@ def test_killed_replica_is_replaced_and_no_request_hangs(platform: Platform) -> 
 # -- scale-down while streams are open -------------------------------------------------------------
 
 def scaled_app(config: PlatformConfig, num_replicas: int):
-    """The same deployment with another replica count only (same init args): Serve scales it in
-    place instead of replacing every replica."""
+    """The same deployment with another replica count. `serve.run` gives it a new random code
+    version, so Serve replaces the replicas: the old ones drain while the new one starts."""
     options = config.vllm.replica_options() | {"num_replicas": num_replicas}
     return VLLMServer.options(
         **options, ray_actor_options=replica_actor_options(config.vllm.resources, vllm_env(config))
