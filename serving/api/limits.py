@@ -79,6 +79,13 @@ class Deadline:
             raise timeout_error(self.seconds or 0) from None
 
 
+def body_too_large(max_bytes: int) -> APIError:
+    return APIError(
+        f"the request body is over the limit limits.max_body_bytes={max_bytes}",
+        status=413, code="request_too_large",
+    )
+
+
 class BodySizeLimit:
     """ASGI middleware: bodies over `max_bytes` get 413 before the route reads them. A declared
     Content-Length is checked up front; a chunked body is read (up to the limit) and replayed."""
@@ -88,10 +95,7 @@ class BodySizeLimit:
         self.max_bytes = max_bytes
 
     def too_large(self) -> APIError:
-        return APIError(
-            f"the request body is over the limit limits.max_body_bytes={self.max_bytes}",
-            status=413, code="request_too_large",
-        )
+        return body_too_large(self.max_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

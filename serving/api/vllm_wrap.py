@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import APIKeyAuth, KeyRing
 from serving.api.errors import APIError, error_body, error_response
-from serving.api.limits import BodySizeLimit, timeout_error
+from serving.api.limits import BodySizeLimit, body_too_large, read_body, replay, timeout_error
 from serving.api.observe import StatusCounter
 from serving.config import RequestLimits
 from serving.metrics import PlatformMetrics
@@ -136,6 +136,47 @@ class OpenAIErrorBodies:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def empty_assistant_message(body: bytes) -> APIError | None:
+    """A Responses API `input` item from the assistant with an empty `content` list: vLLM's app
+    reads its first part unchecked and answers 500 (IndexError); this is the 400 it should be."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None  # vLLM's app answers a body that is not JSON itself
+    items = payload.get("input") if isinstance(payload, dict) else None
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and item.get("role") == "assistant" and item.get("content") == []:
+            return APIError(f"input[{index}].content: an assistant message needs at least one "
+                            "content part", param=f"input.{index}.content")
+    return None
+
+
+class ResponsesInputCheck:
+    """ASGI middleware: the request checks vLLM's `/v1/responses` lacks, before its body reaches
+    vLLM's app (the body is already within the size limit, so it is read and replayed)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].endswith(
+            "/v1/responses"
+        ):
+            await self.app(scope, receive, send)
+            return
+        messages = await read_body(receive, self.max_bytes)
+        if messages is None:  # a declared length that understated the body
+            await error_response(body_too_large(self.max_bytes))(scope, receive, send)
+            return
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        problem = empty_assistant_message(body)
+        if problem is not None:
+            await error_response(problem)(scope, receive, send)
+            return
+        await self.app(scope, replay(messages, receive), send)
+
+
 def replace_health(app: FastAPI, health: Callable[[], Any]) -> None:
     """The platform's `/health` (engine queue, start-up timings) instead of vLLM's empty one."""
     app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/health"]
@@ -192,7 +233,7 @@ def wrap_vllm_app(
         return JSONResponse(health_body(engine, metrics))
 
     replace_health(app, health)
-    outer: ASGIApp = OpenAIErrorBodies(app)
+    outer: ASGIApp = ResponsesInputCheck(OpenAIErrorBodies(app), limits.max_body_bytes)
     if limits.request_timeout_s is not None:
         outer = RequestDeadline(outer, limits.request_timeout_s)
     outer = BodySizeLimit(outer, limits.max_body_bytes)
