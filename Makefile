@@ -111,7 +111,7 @@ render: install
 
 # The docs site (MkDocs, Material theme) in site/; warnings fail the build, as in `make test`.
 docs: install
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test-integration: install-test
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
