@@ -43,7 +43,7 @@ def serve_config(config_path: str | None) -> None:
 
 @render.command("values-schema")
 @click.option(
-    "--output", "-o", default=str(SCHEMA_FILE), show_default=True,
+    "--output", "-o", default=str(SCHEMA_FILE), show_default=str(SCHEMA_FILE.relative_to(REPO_ROOT)),
     help="Where to write the chart's values.schema.json; '-' prints it.",
 )
 def values_schema_command(output: str) -> None:
