@@ -16,7 +16,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
 
-.PHONY: install install-test system-deps serve bench compare test test-unit test-integration test-k8s render clean down status
+.PHONY: install install-test system-deps serve bench compare test test-unit test-integration test-k8s render docs clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
@@ -101,14 +101,20 @@ test-unit: install-test
 test-k8s: install-test
 	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
-# Regenerate the chart's values.schema.json, the LLMService CRD and k8s/rendered/ (tests check them).
+# Regenerate the chart's values.schema.json, the LLMService CRD, k8s/rendered/ and the docs'
+# reference pages (tests check them).
 render: install
 	$(VENV)/bin/llm-serving render values-schema
 	$(VENV)/bin/llm-serving render crd
 	$(VENV)/bin/llm-serving render manifests
+	$(VENV)/bin/llm-serving render docs
+
+# The docs site (MkDocs, Material theme) in site/; warnings fail the build, as in `make test`.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test-integration: install-test
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -205,7 +205,7 @@ def check_or_write(output: Path, check: bool) -> str | None:
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     default=CRD_PATH,
-    show_default=True,
+    show_default=str(CRD_PATH.relative_to(REPO_ROOT)),
     help="Where the CRD goes.",
 )
 def crd_command(check: bool, output: Path) -> None:

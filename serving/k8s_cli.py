@@ -27,7 +27,7 @@ def fail(message: str) -> NoReturn:
 
 @click.group()
 def render() -> None:
-    """Generate Kubernetes artifacts: serve config, chart values schema, plain manifests."""
+    """Generate files from their sources: serve config, chart values schema, manifests, docs reference."""
 
 
 @render.command("serve-config")
@@ -43,7 +43,7 @@ def serve_config(config_path: str | None) -> None:
 
 @render.command("values-schema")
 @click.option(
-    "--output", "-o", default=str(SCHEMA_FILE), show_default=True,
+    "--output", "-o", default=str(SCHEMA_FILE), show_default=str(SCHEMA_FILE.relative_to(REPO_ROOT)),
     help="Where to write the chart's values.schema.json; '-' prints it.",
 )
 def values_schema_command(output: str) -> None:
@@ -54,6 +54,15 @@ def values_schema_command(output: str) -> None:
         return
     Path(output).write_text(text)
     click.echo(f"wrote {_shown(Path(output))}")
+
+
+@render.command("docs")
+def docs() -> None:
+    """Regenerate docs/reference/ (platform config, chart values, CLI) from their sources."""
+    from serving.reference_docs import write_reference_pages
+
+    for path in write_reference_pages():
+        click.echo(f"wrote {_shown(path)}")
 
 
 @render.command("manifests")

@@ -10,9 +10,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 LATENCY_PANELS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "end-to-end"))
 PERCENTILE_STYLES = (("median", "-"), ("p90", "--"), ("p99", ":"))
+LOG_SCALE_SPREAD = 10  # a panel whose values span a decade or more gets a log axis
 
 
 def _targets(document: dict[str, Any]) -> list[str]:
@@ -29,6 +31,25 @@ def _x_axis(ax: Any, document: dict[str, Any]) -> list[int]:
     ax.set_xlabel("load level (cN = N concurrent requests, rN = N requests/s)")
     ax.grid(alpha=0.3)
     return list(range(len(labels)))
+
+
+def _number(value: float, _: object = None) -> str:
+    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
+
+
+def _latency_axis(ax: Any, values: list[float]) -> None:
+    """Log scale where targets differ by orders of magnitude (a queueing baseline's TTFT), with a
+    labelled tick at 1, 2 and 5 of each decade so values can be read off; linear from 0 otherwise
+    (a log axis over less than a decade showed a single label)."""
+    positive = [v for v in values if v is not None and v > 0]
+    if positive and max(positive) / min(positive) >= LOG_SCALE_SPREAD:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(_number))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(_number))
 
 
 def plot_throughput(document: dict[str, Any], path: Path) -> Path:
@@ -55,12 +76,14 @@ def plot_latency(document: dict[str, Any], path: Path) -> Path:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (metric, title) in zip(axes.flat, LATENCY_PANELS):
         xs = _x_axis(ax, document)
+        values = []
         for color, target in zip(colors, _targets(document)):
             for stat, style in PERCENTILE_STYLES:
                 ys = _series(document, target, f"{stat}_{metric}_ms")
                 ax.plot(xs, ys, style, color=color, marker=".", label=f"{target} {stat}")
+                values += ys
         ax.set_title(f"{title} (ms)")
-        ax.set_yscale("symlog", linthresh=1.0)  # targets differ by orders of magnitude
+        _latency_axis(ax, values)
         ax.legend(fontsize=7)
     fig.suptitle("Latency percentiles vs load (solid median, dashed p90, dotted p99)")
     fig.tight_layout()

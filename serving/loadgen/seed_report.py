@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter
 
 # What the study saw on a GPU; ours are CPU figures, printed beside them, not compared to them.
 STUDY = {
@@ -88,6 +89,9 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
                         color=color, label="generate() static" if engine == "hf" else "vLLM")
     axes[1][1].set(title="d. per-sequence efficiency vs batch 1", xlabel="batch size",
                    xscale="log")
+    batches = sorted({r["batch"] for r in doc["batch_efficiency"]})
+    axes[1][1].set_xticks(batches, [str(b) for b in batches])  # the batch sizes, not 10^n
+    axes[1][1].xaxis.set_minor_formatter(NullFormatter())
     axes[1][1].legend()
     for ax in axes.flat:
         ax.grid(alpha=0.3)

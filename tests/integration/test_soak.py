@@ -1,6 +1,7 @@
 """A short soak (`llm-serving bench --scenario soak`) on the test platform: steady load for 75 s,
 every Serve replica's memory sampled, no replica growing beyond the bound after warm-up, nothing
-failed; the report carries the figures. The long run is documented in the README."""
+failed; the report carries the figures. The long run is documented in
+docs/benchmarks/reliability.md."""
 
 from __future__ import annotations
 
