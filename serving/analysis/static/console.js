@@ -228,6 +228,14 @@ function drawHeatmap(grid, report) {
   grid.replaceChildren(...cells);
 }
 
+// The head view's height follows its token count: grow the frame once bertviz has drawn.
+function showHeadView(frame, html) {
+  frame.onload = () => setTimeout(() => {
+    frame.style.height = `${Math.max(160, frame.contentDocument.body.scrollHeight + 24)}px`;
+  }, 300);
+  frame.srcdoc = html;
+}
+
 async function showAttention(event) {
   event.preventDefault();
   const where = panel("attention");
@@ -238,7 +246,7 @@ async function showAttention(event) {
     const report = await call("/attention", { prompt });
     drawHeatmap($(".heatmap", where), report);
     showMessage(where, `${report.tokens.length} tokens: ${report.tokens.map((t) => JSON.stringify(t)).join(" ")}`, "info");
-    $(".head-view", where).srcdoc = await call("/attention?format=html", { prompt }, true);
+    showHeadView($(".head-view", where), await call("/attention?format=html", { prompt }, true));
   } catch (err) {
     showMessage(where, err.message);
   }
@@ -256,7 +264,7 @@ function traceChart(container, traces) {
   const options = {
     width: Math.max(480, container.clientWidth), height: 320,
     scales: { x: { time: false } },
-    axes: [{ label: "generated token (position)" }, { label: "ms per token" }],
+    axes: [{ label: "generated token (position)", incrs: [1, 2, 5, 10, 20, 50] }, { label: "ms per token" }],
     series: [{ label: "token" }, ...TRACE_SERIES.map((s) => ({
       label: s.mode, stroke: s.stroke, width: 2, points: { show: true, size: 5 },
     }))],
