@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ConfigDict, Field
 from ray import serve
 from ray.serve import Application
+from starlette.types import ASGIApp, Receive, Scope, Send
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from serving.analysis import AnalysisInputError
@@ -22,7 +23,7 @@ from serving.analysis.attention import attention_report, load_analysis_model
 from serving.analysis.console import console_page
 from serving.analysis.kv_cache import kv_cache_report_for
 from serving.analysis.latency import generation_trace
-from serving.api.auth import EXEMPT_PATHS, KeyRing, key_ring
+from serving.api.auth import EXEMPT_PATHS, KeyRing, key_ring, route_path
 from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
@@ -61,6 +62,20 @@ ARCH_QUERY = Query(
 )
 
 
+class PrefixServesConsole:
+    """`/analysis` answers what `/analysis/` does (the console) instead of Starlette's 307 to it:
+    the URL `llm-serving up` prints is the page itself."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and route_path(scope) == "/" and not scope["path"].endswith("/"):
+            scope = {**scope, "path": scope["path"] + "/",
+                     "raw_path": scope.get("raw_path", scope["path"].encode()) + b"/"}
+        await self.app(scope, receive, send)
+
+
 def as_api_error(err: AnalysisInputError) -> APIError:
     return APIError(err.message, status=400, param=err.param, code=err.code)
 
@@ -79,6 +94,7 @@ def build_analysis_api(
     app = FastAPI(title="llm-serving (analysis)")
     install_error_handlers(app)
     install_guards(app, keys, max_body_bytes, exempt=EXEMPT_PATHS | CONSOLE_PATHS)
+    app.add_middleware(PrefixServesConsole)
     report = config_report(model)  # static: computed once per replica
     model_lock = threading.Lock()  # one forward pass at a time: keeps latency traces honest
 

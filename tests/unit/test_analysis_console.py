@@ -92,3 +92,14 @@ def test_unknown_arch_is_400_naming_the_choices(api: TestClient, path: str) -> N
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == "arch" and f"allowed: {QWEN}" in error["message"]
+
+
+@pytest.mark.parametrize("url", ["/analysis", "/analysis/"])
+def test_prefix_with_or_without_slash_is_the_page(tiny: tuple, url: str) -> None:
+    # Serve hands the app its route prefix as root_path; without the slash Starlette would 307.
+    prefixed = TestClient(
+        build_analysis_api(*tiny, AnalysisDeploymentConfig(), "tiny-qwen2", keys=KeyRing.of([KEY])),
+        root_path="/analysis",
+    )
+    response = prefixed.get(url, follow_redirects=False)
+    assert response.status_code == 200 and response.text == console_page()
