@@ -230,6 +230,7 @@ function drawHeatmap(grid, report) {
 
 // The head view's height follows its token count: grow the frame once bertviz has drawn.
 function showHeadView(frame, html) {
+  frame.parentElement.hidden = false;
   frame.onload = () => setTimeout(() => {
     frame.style.height = `${Math.max(160, frame.contentDocument.body.scrollHeight + 24)}px`;
   }, 300);
@@ -242,6 +243,7 @@ async function showAttention(event) {
   const prompt = $("input[name=prompt]", where).value;
   showMessage(where, "running the prompt through every layer ...", "info");
   $(".heatmap", where).replaceChildren();
+  $(".head-view-box", where).hidden = true; // no stale view of an earlier prompt
   try {
     const report = await call("/attention", { prompt });
     drawHeatmap($(".heatmap", where), report);
