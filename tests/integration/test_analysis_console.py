@@ -24,7 +24,14 @@ from tests.integration.conftest import Platform, extra_app
 PREFIX = "/default-analysis"
 KEY = "sk-console-browser-test"
 PROMPT = "The capital of France is Paris"
-NEW_TOKENS = 12
+NEW_TOKENS = 32
+# Long enough that re-reading it each step (no-cache) costs visibly more than one cached step.
+TRACE_PROMPT = (
+    "Paris is the capital and largest city of France. It is known for its museums, its cafes, "
+    "the river Seine and its many bridges, the cathedral of Notre-Dame and the tower built by "
+    "Gustave Eiffel for the world fair of 1889. Lyon, Marseille and Toulouse are other large "
+    "French cities. The capital of France is"
+)
 QWEN = "qwen2.5-0.5b"
 
 
@@ -71,8 +78,8 @@ def keyless_message(console_url: str) -> Iterator[tuple[Page, str]]:
         said = page.wait_for("(m => !m.hidden && m.textContent)(document.getElementById('page-message'))")
         page.type_into("#api-key", KEY)
         page.evaluate("document.getElementById('api-key').dispatchEvent(new Event('change'))")
-        page.wait_for("document.querySelector('#architecture [data-field=num_layers]')")
-        page.wait_for("document.querySelector('#kv-cache [data-field=total_bytes]')")
+        page.wait_for("!!document.querySelector('#architecture [data-field=num_layers]')")
+        page.wait_for("!!document.querySelector('#kv-cache [data-field=total_bytes]')")
         yield page, said
 
 
@@ -108,7 +115,9 @@ def test_architecture_card_shows_the_models_config(page: Page, default_config: d
 
 
 def test_module_tree_expands(page: Page, api: httpx.Client, shots: Path) -> None:
-    visible = "(n => !!n && n.getClientRects().length > 0)(document.querySelector('[data-module=\"{}\"]'))"
+    # checkVisibility: a closed <details> hides its content with content-visibility, which
+    # leaves the boxes in place (getClientRects would still count them).
+    visible = "(n => !!n && n.checkVisibility())(document.querySelector('[data-module=\"{}\"]'))"
     assert page.evaluate(visible.format("model")) and not page.evaluate(visible.format("model.layers"))
     for name in ("model", "model.layers", "model.layers.0", "model.layers.0.self_attn"):
         page.click(f'[data-module="{name}"] > summary')
@@ -172,6 +181,7 @@ def test_attention_shows_the_routes_400(page: Page, api: httpx.Client) -> None:
 
 
 def test_trace_chart_draws_both_modes(page: Page, shots: Path) -> None:
+    page.type_into("#trace input[name=prompt]", TRACE_PROMPT)
     page.type_into("#trace input[name=max_new_tokens]", str(NEW_TOKENS))
     page.click("#trace button")
     page.wait_for("!!window.analysisConsole.charts.trace", timeout_s=300)
