@@ -72,7 +72,7 @@ class PrefixServesConsole:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and route_path(scope) == "/" and not scope["path"].endswith("/"):
             scope = {**scope, "path": scope["path"] + "/",
-                     "raw_path": scope.get("raw_path", scope["path"].encode()) + b"/"}
+                     "raw_path": (scope.get("raw_path") or scope["path"].encode()) + b"/"}
         await self.app(scope, receive, send)
 
 
@@ -90,7 +90,7 @@ def build_analysis_api(
     max_body_bytes: int | None = None,
 ) -> FastAPI:
     """Routes over one loaded model; `settings` holds the request limits, `keys` (when any)
-    guard every route but /health."""
+    guard every route but /health and the console page (`/`)."""
     app = FastAPI(title="llm-serving (analysis)")
     install_error_handlers(app)
     install_guards(app, keys, max_body_bytes, exempt=EXEMPT_PATHS | CONSOLE_PATHS)
