@@ -4,6 +4,8 @@ tree, attention shapes (GQA). Works on the meta device, so no weights are needed
 from __future__ import annotations
 
 import json
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,36 @@ def meta_model(config: PretrainedConfig) -> PreTrainedModel:
     """The model built on the meta device: real shapes and counts, no memory, no weights."""
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
+
+
+SHIPPED_SUFFIX = "-config.json"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """Architectures shipped as bare config.json files in serving/data: name -> file."""
+    data = resources.files("serving").joinpath("data")
+    return {
+        entry.name.removesuffix(SHIPPED_SUFFIX): Path(str(entry))
+        for entry in sorted(data.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(SHIPPED_SUFFIX)
+    }
+
+
+@cache
+def shipped_model(name: str) -> PreTrainedModel:
+    """The meta-device model of a shipped config (`--config-only` over HTTP, where a client must
+    not name server paths); cached: building one takes a second, its report never changes."""
+    configs = shipped_configs()
+    if name not in configs:
+        raise AnalysisInputError(
+            f"unknown architecture '{name}'; allowed: {', '.join(configs) or 'none'}", param="arch"
+        )
+    return meta_model(load_model_config(configs[name]))
+
+
+@cache
+def shipped_report(name: str) -> dict[str, Any]:
+    return config_report(shipped_model(name))
 
 
 def dtype_name(dtype: Any) -> str:

@@ -305,3 +305,38 @@ def generation_trace_cmd(model_ref: str, prompt: str, max_new_tokens: int, mode:
 
 # The issue names the command `trace`; both spellings work.
 analyze.add_command(generation_trace_cmd, name="trace")
+
+
+def console_url(config_path: str | None) -> str:
+    """The console's URL: from --config, else the running platform's, else the shipped default's."""
+    from serving import local
+    from serving.config import load_config
+
+    running = None if config_path else local.load_state()
+    url = running.analysis_url if running else local.endpoints(load_config(config_path)).analysis_url
+    if url is None:
+        raise AnalysisInputError("the analysis app is off in this config (analysis.enabled: false)")
+    return url
+
+
+def open_in_browser(url: str) -> bool:
+    """True when a browser took the URL; False where there is none (a server, a container)."""
+    import webbrowser
+
+    try:
+        return webbrowser.open(url)
+    except webbrowser.Error:
+        return False
+
+
+@analyze.command("open")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Platform config YAML (default: the running platform, else the shipped default).")
+@click.option("--no-browser", is_flag=True, help="Print the URL only.")
+@analysis_errors
+def open_cmd(config_path: str | None, no_browser: bool) -> None:
+    """The analysis console in a browser: prints its URL and opens it where a browser exists."""
+    url = console_url(config_path)
+    click.echo(url)
+    if not no_browser and not open_in_browser(url):
+        click.echo("no browser found here: open the URL above in one", err=True)

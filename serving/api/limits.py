@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.api.auth import APIKeyAuth, KeyRing
+from serving.api.auth import EXEMPT_PATHS, APIKeyAuth, KeyRing
 from serving.api.errors import APIError, error_response
 from serving.config import RequestLimits
 
@@ -139,10 +139,14 @@ def replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-def install_guards(app: FastAPI, keys: KeyRing | None, max_body_bytes: int | None) -> None:
+def install_guards(
+    app: FastAPI, keys: KeyRing | None, max_body_bytes: int | None,
+    exempt: frozenset[str] = EXEMPT_PATHS,
+) -> None:
     """Auth outside the body limit: a request without a key is refused before its body is read.
-    Call before adding outer middleware (the last added runs first)."""
+    `exempt` paths answer without a key. Call before adding outer middleware (the last added
+    runs first)."""
     if max_body_bytes is not None:
         app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     if keys is not None and keys.enabled:
-        app.add_middleware(APIKeyAuth, keys=keys)
+        app.add_middleware(APIKeyAuth, keys=keys, exempt=exempt)

@@ -12,14 +12,18 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ConfigDict, Field
 from ray import serve
 from ray.serve import Application
+from starlette.types import ASGIApp, Receive, Scope, Send
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from serving.analysis import AnalysisInputError
-from serving.analysis.architecture import attention_layers, config_report, module_tree
+from serving.analysis.architecture import (
+    attention_layers, config_report, module_tree, shipped_configs, shipped_model, shipped_report,
+)
 from serving.analysis.attention import attention_report, load_analysis_model
+from serving.analysis.console import console_page
 from serving.analysis.kv_cache import kv_cache_report_for
 from serving.analysis.latency import generation_trace
-from serving.api.auth import KeyRing, key_ring
+from serving.api.auth import EXEMPT_PATHS, KeyRing, key_ring, route_path
 from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
@@ -50,6 +54,28 @@ class TraceRequest(UnicodeRequest):
     )
 
 
+# The console page holds no model data (it reads the routes with the key typed into it).
+CONSOLE_PATHS = frozenset({"/"})
+ARCH_QUERY = Query(
+    None, description="A shipped architecture (GET /architectures) to analyse without weights, "
+    "instead of the served model: `analyze --config-only` over HTTP.",
+)
+
+
+class PrefixServesConsole:
+    """`/analysis` answers what `/analysis/` does (the console) instead of Starlette's 307 to it:
+    the URL `llm-serving up` prints is the page itself."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and route_path(scope) == "/" and not scope["path"].endswith("/"):
+            scope = {**scope, "path": scope["path"] + "/",
+                     "raw_path": (scope.get("raw_path") or scope["path"].encode()) + b"/"}
+        await self.app(scope, receive, send)
+
+
 def as_api_error(err: AnalysisInputError) -> APIError:
     return APIError(err.message, status=400, param=err.param, code=err.code)
 
@@ -64,12 +90,19 @@ def build_analysis_api(
     max_body_bytes: int | None = None,
 ) -> FastAPI:
     """Routes over one loaded model; `settings` holds the request limits, `keys` (when any)
-    guard every route but /health."""
+    guard every route but /health and the console page (`/`)."""
     app = FastAPI(title="llm-serving (analysis)")
     install_error_handlers(app)
-    install_guards(app, keys, max_body_bytes)
+    install_guards(app, keys, max_body_bytes, exempt=EXEMPT_PATHS | CONSOLE_PATHS)
+    app.add_middleware(PrefixServesConsole)
     report = config_report(model)  # static: computed once per replica
     model_lock = threading.Lock()  # one forward pass at a time: keeps latency traces honest
+
+    def opened(arch: str | None) -> tuple[str, PreTrainedModel, dict[str, Any]]:
+        """Name, model and config report of the served model, or of a shipped architecture."""
+        if arch is None:
+            return model_name, model, report
+        return arch, shipped_model(arch), shipped_report(arch)
 
     @app.exception_handler(AnalysisInputError)
     async def _bad_input(_: Request, err: AnalysisInputError) -> JSONResponse:
@@ -79,17 +112,30 @@ def build_analysis_api(
     def health() -> dict[str, str]:
         return {"status": "ok", "model": model_name}
 
+    @app.get("/", include_in_schema=False)
+    def console() -> HTMLResponse:
+        return HTMLResponse(console_page())
+
+    @app.get("/architectures")
+    def get_architectures() -> dict[str, Any]:
+        return {"model": model_name, "shipped": list(shipped_configs())}
+
     @app.get("/config")
-    def get_config() -> dict[str, Any]:
-        return {"model": model_name, **report}
+    def get_config(arch: str | None = ARCH_QUERY) -> dict[str, Any]:
+        name, _, chosen = opened(arch)
+        return {"model": name, **chosen}
 
     @app.get("/modules")
-    def get_modules(depth: int | None = Query(None, ge=0)) -> dict[str, Any]:
-        return {"model": model_name, "modules": module_tree(model, depth)}
+    def get_modules(
+        depth: int | None = Query(None, ge=0), arch: str | None = ARCH_QUERY
+    ) -> dict[str, Any]:
+        name, chosen, _ = opened(arch)
+        return {"model": name, "modules": module_tree(chosen, depth)}
 
     @app.get("/attention-layers")
-    def get_attention_layers() -> dict[str, Any]:
-        return {"model": model_name, "layers": attention_layers(model)}
+    def get_attention_layers(arch: str | None = ARCH_QUERY) -> dict[str, Any]:
+        name, chosen, _ = opened(arch)
+        return {"model": name, "layers": attention_layers(chosen)}
 
     @app.get("/kv-cache")
     def get_kv_cache(
@@ -97,9 +143,11 @@ def build_analysis_api(
         batch: int = Query(1, gt=0),
         dtype: str = Query("auto"),
         memory_gb: float = Query(1.0, gt=0),
+        arch: str | None = ARCH_QUERY,
     ) -> dict[str, Any]:
-        result = kv_cache_report_for(report["architecture"], tokens, batch, dtype, memory_gb)
-        return {"model": model_name, **result}
+        name, _, chosen = opened(arch)
+        result = kv_cache_report_for(chosen["architecture"], tokens, batch, dtype, memory_gb)
+        return {"model": name, **result}
 
     @app.post("/attention", response_model=None)
     def post_attention(
