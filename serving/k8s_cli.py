@@ -59,22 +59,27 @@ def values_schema_command(output: str) -> None:
 @render.command("docs")
 def docs() -> None:
     """Regenerate docs/reference/ (platform config, chart values, CLI) from their sources."""
-    from serving.reference_docs import write_reference_pages
+    from serving.reference_docs import reference_pages
 
-    for path in write_reference_pages():
-        click.echo(f"wrote {_shown(path)}")
+    _write_files(reference_pages())
 
 
 @render.command("manifests")
 def manifests() -> None:
     """Regenerate k8s/rendered/*.yaml from the chart (for kubectl users)."""
-    from serving.k8s_render import RenderError, write_rendered_manifests
+    from serving.k8s_render import RenderError, rendered_manifests
 
     try:
-        written = write_rendered_manifests()
+        files = rendered_manifests()
     except RenderError as err:
         fail(str(err))
-    for path in written:
+    _write_files(files)
+
+
+def _write_files(files: dict[Path, str]) -> None:
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
         click.echo(f"wrote {_shown(path)}")
 
 

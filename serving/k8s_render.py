@@ -125,12 +125,3 @@ def _is_hook(text: str) -> bool:
 
 def rendered_manifests() -> dict[Path, str]:
     return {RENDERED_DIR / name: rendered_manifest(src) for name, src in RENDERED_TARGETS.items()}
-
-
-def write_rendered_manifests() -> list[Path]:
-    RENDERED_DIR.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path, text in rendered_manifests().items():
-        path.write_text(text)
-        written.append(path)
-    return written

@@ -187,12 +187,3 @@ def reference_pages() -> dict[Path, str]:
         REFERENCE_DIR / "chart-values.md": chart_values_page(),
         REFERENCE_DIR / "cli.md": cli_page(),
     }
-
-
-def write_reference_pages() -> list[Path]:
-    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path, text in reference_pages().items():
-        path.write_text(text)
-        written.append(path)
-    return written

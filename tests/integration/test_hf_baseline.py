@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import httpx
 import openai
@@ -213,19 +213,23 @@ def test_full_queue_is_a_503_with_retry_after(platform: Platform) -> None:
     short = {"model": MODEL, "prompt": "Go", "max_tokens": 3}
     url = f"{platform.url}/hf-tight/v1/completions"
     with extra_app("hf-tight", "/hf-tight", build_hf_app(config)), \
-            ThreadPoolExecutor(1) as pool, httpx.Client(timeout=60) as http:
+            ThreadPoolExecutor(2) as pool, httpx.Client(timeout=60) as http:
         with http.stream("POST", url, json=slow) as running:
             assert running.status_code == 200
             lines = running.iter_lines()  # keep a reference: a dropped iterator closes the stream
             assert next(lines).startswith("data: ")  # the first request holds the replica now
-            queued = pool.submit(http.post, url, json=short)  # waits in Serve's queue
-            time.sleep(1.5)
-            rejected = http.post(url, json=short)
+            # Two more: one waits in the replica's queue (size 1), the other is turned away. Which
+            # arrives first is up to a loaded machine, so the test waits for whichever is rejected.
+            shorts = [pool.submit(http.post, url, json=short) for _ in range(2)]
+            done, _ = wait(shorts, timeout=60, return_when=FIRST_COMPLETED)
+            assert done, "neither request was turned away while the replica and its queue were full"
+            rejected = done.pop().result()
         # Leaving the stream disconnects the first client: its job is aborted, the queued one runs.
-        assert queued.result().status_code == 200
+        queued = next(f for f in shorts if f.result() is not rejected).result()
+        assert queued.status_code == 200, queued.text
         assert rejected.status_code == 503, rejected.text
         assert rejected.headers["retry-after"] == "2"
-        # Serve's proxy answers before the app runs: a plain-text body, not the OpenAI shape.
+        # Serve answers before the app runs: a plain-text body, not the OpenAI shape.
         assert "backpressure" in rejected.text
         wait_until_served(http, url)
 
