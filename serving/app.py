@@ -33,3 +33,10 @@ def analysis_app(args: dict[str, Any]) -> Application:
     from serving.deployments.analysis import build_analysis_app
 
     return build_analysis_app(parse_config(args, "serve config args"))
+
+
+def router_app(args: dict[str, Any]) -> Application:
+    """The one OpenAI endpoint of a multi-model platform (models, auth, limits)."""
+    from serving.deployments.model_router import build_router_app
+
+    return build_router_app(parse_config(args, "serve config args"))

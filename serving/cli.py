@@ -14,7 +14,7 @@ import click
 
 from serving.analysis.cli import analyze
 from serving.conformance.cli import conformance
-from serving.config import ConfigError, PlatformConfig, load_config
+from serving.config import ConfigError, ModelConfig, PlatformConfig, load_config
 from operators.crd import crd_command
 from serving.k8s_cli import render
 from serving.loadgen.cli import bench
@@ -41,6 +41,14 @@ def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def models_to_prepare(config: PlatformConfig) -> list[ModelConfig]:
+    """Models `up` resolves (builds or downloads) before any replica starts: each served model,
+    and the one the baseline and analysis apps serve."""
+    served = [entry.model for entry in config.models]
+    apps_on = config.hf.enabled or config.analysis.enabled or not config.models
+    return served + ([config.model] if apps_on else [])
 
 
 def apply_overrides(config: PlatformConfig, model: str | None, port: int | None) -> PlatformConfig:
@@ -96,8 +104,9 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
         from serving.engines.vllm_args import check_server_args
 
         check_server_args(config)  # vLLM's own parser: a bad option fails here, not in a replica
-    click.echo(f"preparing model '{config.model.ref}' ...")
-    resolve_model(config.model.ref, config.model.cache_dir)
+    for model_config in models_to_prepare(config):
+        click.echo(f"preparing model '{model_config.ref}' ...")
+        resolve_model(model_config.ref, model_config.cache_dir)
     click.echo("starting Ray and Serve ...")
     local.start_ray_head(config)
     started = time.monotonic()
@@ -146,7 +155,8 @@ def apply(config_path: str, timeout: float) -> None:
         from serving.engines.vllm_args import check_server_args
 
         check_server_args(config)
-    resolve_model(config.model.ref, config.model.cache_dir)
+    for model_config in models_to_prepare(config):
+        resolve_model(model_config.ref, model_config.cache_dir)
     started = time.monotonic()
     local.connect()
     deadline = time.monotonic() + timeout
@@ -216,6 +226,36 @@ def format_engine(health: dict) -> str:
         f"{health.get('status')} queue={health.get('waiting')} running={health.get('running')} "
         f"ttft_p50_1m={ttft_text}"
     )
+
+
+@main.group()
+def adapters() -> None:
+    """LoRA adapters of the served models."""
+
+
+@adapters.command("demo")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML.")
+@one_line_errors
+def adapters_demo(config_path: str | None) -> None:
+    """Build the config's `demo:NAME` adapters (random-initialised LoRA, saved with peft) into the
+    cache, where replicas find them; replicas build missing ones themselves."""
+    from serving.adapters import DEMO_PREFIX, ensure_demo_adapter
+
+    config = load_config(config_path)
+    entries = [config.model_platform(entry) for entry in config.models] or [config]
+    built = 0
+    for platform in entries:
+        demos = [a for a in platform.vllm.adapters if a.path.startswith(DEMO_PREFIX)]
+        if not demos:
+            continue
+        model_dir = resolve_model(platform.model.ref, platform.model.cache_dir)
+        for adapter in demos:
+            name = adapter.path.removeprefix(DEMO_PREFIX)
+            path = ensure_demo_adapter(model_dir, name, platform.model.cache_dir)
+            click.echo(f"{adapter.name} ({platform.model.name}): {path}")
+            built += 1
+    if not built:
+        raise ConfigError("the config names no `demo:` adapter")
 
 
 main.add_command(analyze)

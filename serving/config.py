@@ -50,9 +50,19 @@ class ModelConfig(StrictModel):
 
 
 
-class VLLMDeploymentConfig(ReplicaScaling):
-    enabled: bool = Field(True, description="Serve the vLLM application.")
-    route_prefix: str = Field("/", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+class AdapterConfig(StrictModel):
+    name: str = Field(
+        ..., min_length=1, description="Name clients pass as `model` to use the adapter."
+    )
+    path: str = Field(
+        ..., min_length=1, description="The LoRA adapter: a local directory (as `peft` saves one) "
+        "or a Hugging Face id.",
+    )
+
+
+class VLLMReplicaSettings(ReplicaScaling):
+    """What one model's vLLM deployment runs: engine, `vllm serve` options, LoRA adapters."""
+
     max_ongoing_requests: int = Field(
         256, gt=0, description="Requests one replica accepts at once; high so vLLM can batch them."
     )
@@ -63,10 +73,41 @@ class VLLMDeploymentConfig(ReplicaScaling):
         default_factory=dict,
         description="Any other `vllm serve` option by name, as in a `vllm serve --config` YAML "
         "(e.g. enable_auto_tool_choice: true, tool_call_parser: hermes, chat_template, "
-        "reasoning_parser, max_logprobs, enable_prefix_caching, enable_lora). vLLM's own parser "
-        "checks them: an unknown option or a bad value fails at start with vLLM's message.",
+        "reasoning_parser, max_logprobs, enable_prefix_caching, max_lora_rank). vLLM's own "
+        "parser checks them: an unknown option or a bad value fails at start with vLLM's message.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+    adapters: list[AdapterConfig] = Field(
+        default_factory=list,
+        description="LoRA adapters of this model, each served under its own name (vLLM's "
+        "`lora_modules`); any adapter turns on vLLM's LoRA support.",
+    )
+    max_adapters: int = Field(
+        4, gt=0, description="Adapters one replica's engine holds at once (vLLM's max_loras)."
+    )
+
+
+class VLLMDeploymentConfig(VLLMReplicaSettings):
+    enabled: bool = Field(True, description="Serve the vLLM application.")
+    route_prefix: str = Field("/", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+
+
+class ServedModelConfig(VLLMReplicaSettings):
+    """One model of a multi-model platform: its own vLLM deployment behind the one endpoint."""
+
+    name: str = Field(
+        ..., min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Name clients pass as `model` (letters, digits, '.', '_', '-'); also names "
+        "its Serve application (`vllm-NAME`).",
+    )
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="The model (its served_name is `name`)."
+    )
+
+    @property
+    def app_name(self) -> str:
+        """The Serve application of this model's deployment (no route of its own)."""
+        return f"vllm-{self.name}"
 
 
 HFMode = Literal["generate", "no-cache", "kv-cache", "static-batch"]
@@ -212,6 +253,50 @@ class PlatformConfig(StrictModel):
     limits: RequestLimits = Field(
         default_factory=RequestLimits, description="Per-request limits of the OpenAI routes."
     )
+    models: list[ServedModelConfig] = Field(
+        default_factory=list,
+        description="Several models (each with its own vLLM deployment, adapters and scaling) "
+        "behind the one OpenAI endpoint at vllm.route_prefix, which dispatches by the request's "
+        "`model`. Empty: the one `model` served with the `vllm` settings.",
+    )
+
+    @model_validator(mode="after")
+    def _check_models(self) -> PlatformConfig:
+        if not self.models:
+            return self
+        # Compared with the defaults, not by fields set: a dumped-and-reloaded config sets all.
+        default = VLLMDeploymentConfig()
+        shared = [
+            key for key in VLLMReplicaSettings.model_fields
+            if getattr(self.vllm, key) != getattr(default, key)
+        ]
+        if shared:
+            raise ValueError(f"vllm.{sorted(shared)[0]}: with `models`, set it on each model")
+        seen: dict[str, str] = {}
+        for index, entry in enumerate(self.models):
+            names = [entry.name] + [adapter.name for adapter in entry.adapters]
+            for name in names:
+                if name in seen:
+                    raise ValueError(
+                        f"models[{index}] ({entry.name}): the name {name!r} is already taken by "
+                        f"{seen[name]}; model and adapter names must differ"
+                    )
+                seen[name] = f"models[{index}]"
+        return self
+
+    def model_platform(self, entry: ServedModelConfig) -> PlatformConfig:
+        """The single-model platform config of one entry of `models`, as its deployment runs it."""
+        settings = entry.model_dump(exclude={"name", "model"}, exclude_unset=True)
+        return PlatformConfig(
+            model=entry.model.model_copy(update={"served_name": entry.name}),
+            vllm=VLLMDeploymentConfig.model_validate(settings),
+            auth=self.auth, limits=self.limits, http=self.http, ray=self.ray,
+        )
+
+    def platform_of(self, name: str) -> PlatformConfig:
+        """The single-model config serving `name` (an entry of `models`, else this config)."""
+        entry = next((m for m in self.models if m.name == name), None)
+        return self if entry is None else self.model_platform(entry)
 
     @model_validator(mode="after")
     def _check_route_prefixes(self) -> PlatformConfig:

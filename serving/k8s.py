@@ -25,7 +25,10 @@ def app_builders() -> dict[str, Callable[..., Any]]:
     """The Serve application builders a RayService names, by app name."""
     from serving import app
 
-    return {"vllm": app.vllm_app, "hf": app.hf_app, "analysis": app.analysis_app}
+    return {
+        "vllm": app.vllm_app, "hf": app.hf_app, "analysis": app.analysis_app,
+        "router": app.router_app,
+    }
 
 
 def import_path(builder: Callable[..., Any]) -> str:
@@ -81,17 +84,45 @@ def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
     apps = []
     for name in APP_NAMES:
         settings = getattr(config, name)
-        if settings.enabled:
-            apps.append(
-                {
-                    "name": name,
-                    "import_path": import_path(builders[name]),
-                    "route_prefix": settings.route_prefix,
-                    "args": app_args(config, name),
-                    "deployments": [deployment_options(config, name)],
-                }
-            )
+        if not settings.enabled:
+            continue
+        if name == "vllm" and config.models:
+            apps += model_applications(config)
+            continue
+        apps.append(
+            {
+                "name": name,
+                "import_path": import_path(builders[name]),
+                "route_prefix": settings.route_prefix,
+                "args": app_args(config, name),
+                "deployments": [deployment_options(config, name)],
+            }
+        )
     return apps
+
+
+def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
+    """A multi-model platform's OpenAI endpoint: the router app at vllm.route_prefix, and one
+    app per model without a route of its own (the router reaches it by handle), so a change to
+    one model restarts that model alone."""
+    written = config.model_dump(mode="json", exclude_unset=True)
+    router = {
+        "name": "vllm",
+        "import_path": import_path(app_builders()["router"]),
+        "route_prefix": config.vllm.route_prefix,
+        "args": {key: written[key] for key in ("models", "auth", "limits") if key in written},
+    }
+    models = []
+    for entry in config.models:
+        platform = config.model_platform(entry)
+        models.append({
+            "name": entry.app_name,
+            "import_path": import_path(app_builders()["vllm"]),
+            "route_prefix": None,
+            "args": app_args(platform, "vllm"),
+            "deployments": [deployment_options(platform, "vllm")],
+        })
+    return [router, *models]
 
 
 def serve_config(config: PlatformConfig, host: str) -> dict[str, Any]:

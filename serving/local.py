@@ -71,7 +71,7 @@ def endpoints(config: PlatformConfig) -> Endpoints:
         health_url=f"{http}{prefix}/health",
         dashboard_url=f"http://{config.ray.dashboard_host}:{config.ray.dashboard_port}",
         metrics_url=f"http://127.0.0.1:{config.ray.metrics_export_port}/metrics",
-        model=config.model.name,
+        model=config.models[0].name if config.models else config.model.name,
         apps=[
             name
             for name, on in (

@@ -9,11 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 import types
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
+from starlette.types import Message
+
+from serving.adapters import resolve_adapter_path
+from serving.api.dispatch import run_asgi
 
 from serving.api.auth import key_ring
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
@@ -53,8 +59,9 @@ async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
 class VLLMServer:
     async def __init__(self, config: dict[str, Any]) -> None:
         started = time.perf_counter()
-        self.config = PlatformConfig.model_validate(config)
-        model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
+        platform = PlatformConfig.model_validate(config)
+        model_dir = resolve_model(platform.model.ref, platform.model.cache_dir)
+        self.config = with_adapter_dirs(platform, model_dir)
         resolved = time.perf_counter()
         self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
         self.engine = VLLMEngine.start(self.config, model_dir, self.metrics)
@@ -72,6 +79,12 @@ class VLLMServer:
     def __serve_build_asgi_app__(self) -> WrappedApp:
         return self.openai_app
 
+    async def asgi_call(self, scope: dict[str, Any], body: bytes) -> AsyncIterator[list[Message]]:
+        """One HTTP request dispatched by the model router through a Serve handle (no second
+        HTTP hop): vLLM's app runs it here and its response messages stream back in batches."""
+        async for messages in run_asgi(self.openai_app, scope, body):
+            yield messages
+
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""
         await self.engine.check_health()
@@ -80,6 +93,16 @@ class VLLMServer:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()
+
+
+def with_adapter_dirs(config: PlatformConfig, model_dir: Path) -> PlatformConfig:
+    """The config with each adapter's path as vLLM loads it (demo adapters built here)."""
+    adapters = [
+        adapter.model_copy(update={"path": resolve_adapter_path(
+            adapter.path, model_dir, config.model.cache_dir)})
+        for adapter in config.vllm.adapters
+    ]
+    return config.model_copy(update={"vllm": config.vllm.model_copy(update={"adapters": adapters})})
 
 
 def build_vllm_app(config: PlatformConfig) -> Application:

@@ -9,6 +9,7 @@ messages, and the plain-vLLM peer of the benchmarks gets the very same options."
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,19 @@ def typed_options(config: PlatformConfig) -> dict[str, Any]:
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "kv_cache_memory_bytes": _gib_to_bytes(engine.kv_cache_memory_gb),
         "seed": engine.seed,
+        **lora_options(config),
+    }
+
+
+def lora_options(config: PlatformConfig) -> dict[str, Any]:
+    """vLLM's LoRA options for the model's adapters (none when it has none)."""
+    adapters = config.vllm.adapters
+    if not adapters:
+        return {}
+    return {
+        "enable_lora": True,
+        "max_loras": config.vllm.max_adapters,
+        "lora_modules": [json.dumps({"name": a.name, "path": a.path}) for a in adapters],
     }
 
 
@@ -119,8 +133,15 @@ def server_namespace(config: PlatformConfig, model_dir: Path | str) -> argparse.
 
 
 def check_server_args(config: PlatformConfig) -> None:
-    """Fail before anything starts when vLLM would refuse the options (`llm-serving up`)."""
-    server_namespace(config, "model-resolved-at-start")
+    """Fail before anything starts when vLLM would refuse the options (`llm-serving up`) of the
+    model, or of any entry of `models` (the message names the entry)."""
+    if not config.models:
+        server_namespace(config, "model-resolved-at-start")
+    for index, entry in enumerate(config.models):
+        try:
+            server_namespace(config.model_platform(entry), "model-resolved-at-start")
+        except ServerArgsError as err:
+            raise ServerArgsError(f"models[{index}] ({entry.name}): {err}") from None
 
 
 def engine_options(config: PlatformConfig, model_dir: Path | str) -> dict[str, Any]:

@@ -98,7 +98,8 @@ def targets_with_peer(targets: dict[str, str], peer: bool, config_path: str | No
     from serving.config import load_config
     from serving.loadgen.peers import VLLM_PEER_NAME, vllm_peer
 
-    with vllm_peer(load_config(config_path), model, output / "vllm-peer.log") as target:
+    config = load_config(config_path).platform_of(model)
+    with vllm_peer(config, model, output / "vllm-peer.log") as target:
         yield {**targets, VLLM_PEER_NAME: target.origin}
 
 
@@ -130,7 +131,7 @@ def vllm_bench(target_items: tuple[str, ...], peer_vllm: bool, config_path: str 
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    config = load_config(config_path)
+    config = load_config(config_path).platform_of(model)
     tokenizer = str(resolve_model(config.model.ref, config.model.cache_dir))
     targets = dict(item.split("=", 1) for item in target_items)
     levels = [int(level) for level in concurrency.split(",")]

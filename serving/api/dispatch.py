@@ -1,0 +1,206 @@
+"""One OpenAI endpoint for several models: requests go by their `model` to that model's vLLM
+deployment (an adapter's to its base model's) through Serve handles, as ASGI messages; the model's
+replica runs vLLM's own app on them (`run_asgi`) and streams the response messages back. So every
+route of vLLM's app works for every model, with no second HTTP hop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serving.api.auth import route_path
+from serving.api.errors import APIError, error_response
+
+# Scope keys a replica needs to run the request; the rest (app, router, state) stays here.
+FORWARDED_SCOPE_KEYS = (
+    "type", "asgi", "http_version", "method", "scheme", "path", "raw_path", "root_path",
+    "query_string", "headers", "server", "client",
+)
+
+# Sends one request's ASGI messages to a model's deployment, yielding its response messages.
+Forward = Callable[[dict[str, Any], bytes], AsyncIterator[list[Message]]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a `model` name goes: its base model's deployment; `adapter` when it names one."""
+
+    model: str
+    adapter: str | None = None
+
+
+def model_routes(models: Mapping[str, list[str]]) -> dict[str, Route]:
+    """Every name a request may ask for: each model, and each adapter of it."""
+    routes = {name: Route(name) for name in models}
+    for name, adapters in models.items():
+        routes |= {adapter: Route(name, adapter) for adapter in adapters}
+    return routes
+
+
+def model_not_found(name: Any, available: list[str]) -> APIError:
+    return APIError(
+        f"The model `{name}` does not exist; available models: {', '.join(available)}",
+        status=404, param="model", code="model_not_found", kind="NotFoundError",
+    )
+
+
+def requested_model(body: bytes) -> Any:
+    """The body's `model` (None when the body is not a JSON object or names none)."""
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        return None
+    return data.get("model") if isinstance(data, dict) else None
+
+
+def forwarded_scope(scope: Scope) -> dict[str, Any]:
+    return {key: scope[key] for key in FORWARDED_SCOPE_KEYS if key in scope}
+
+
+async def read_whole_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise asyncio.CancelledError  # the client went away before its body arrived
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def run_asgi(app: ASGIApp, scope: dict[str, Any], body: bytes) -> AsyncIterator[list[Message]]:
+    """Run one request through `app`, yielding its response messages in batches: whatever the
+    app sent since the last batch was taken, so a slow consumer gets fewer, larger batches.
+    Closing the iterator (the client left) cancels the request in the app."""
+    queue: asyncio.Queue[Message | None] = asyncio.Queue()
+    delivered = False
+
+    async def receive() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # no disconnect until the caller cancels
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        queue.put_nowait(message)
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.create_task(run())
+    try:
+        done = False
+        while not done:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            done = batch[-1] is None
+            messages = [m for m in batch if m is not None]
+            if messages:
+                yield messages
+        await task  # re-raise what the app raised
+    finally:
+        task.cancel()
+
+
+class ModelDispatch:
+    """ASGI app of the one endpoint: `forward(route)` gives the sender of a route's deployment."""
+
+    def __init__(self, routes: dict[str, Route], default_model: str,
+                 forward: Callable[[Route], Forward],
+                 on_backpressure: Callable[[Route, Exception], APIError | None]) -> None:
+        self.routes = routes
+        self.default_model = default_model
+        self.forward = forward
+        self.on_backpressure = on_backpressure
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # lifespan: nothing to start
+        body = await read_whole_body(receive)
+        path, method = route_path(scope), scope["method"]
+        if method == "GET" and path == "/v1/models":
+            await self.list_models(scope, send)
+            return
+        if method == "GET" and path == "/health":
+            await self.health(scope, send)
+            return
+        name = requested_model(body)
+        if name is None:
+            route = Route(self.default_model)  # a route without a model: vLLM's default
+        elif isinstance(name, str) and name in self.routes:
+            route = self.routes[name]
+        else:
+            await error_response(model_not_found(name, sorted(self.routes)))(scope, receive, send)
+            return
+        await self.relay(route, forwarded_scope(scope), body, send)
+
+    async def relay(self, route: Route, scope: dict[str, Any], body: bytes, send: Send) -> None:
+        try:
+            async for messages in self.forward(route)(scope, body):
+                for message in messages:
+                    await send(message)
+        except Exception as err:
+            refused = self.on_backpressure(route, err)
+            if refused is None:
+                raise
+            await error_response(refused)(scope, _no_body, send)
+
+    async def collect(self, model: str, scope: Scope) -> tuple[int, bytes]:
+        """Status and body of a small GET answered by one model's deployment."""
+        status, chunks = 500, []
+        async for messages in self.forward(Route(model))(forwarded_scope(scope), b""):
+            for message in messages:
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                elif message["type"] == "http.response.body":
+                    chunks.append(message.get("body", b""))
+        return status, b"".join(chunks)
+
+    async def each_model(self, scope: Scope) -> dict[str, tuple[int, bytes]]:
+        models = sorted({route.model for route in self.routes.values()})
+        answers = await asyncio.gather(*(self.collect(model, scope) for model in models))
+        return dict(zip(models, answers, strict=True))
+
+    async def list_models(self, scope: Scope, send: Send) -> None:
+        """vLLM's model cards of every deployment (base models and their adapters, with parent)."""
+        answers = await self.each_model(scope)
+        failed = [(status, body) for status, body in answers.values() if status != 200]
+        if failed:  # e.g. 401: every deployment checks keys alike
+            status, body = failed[0]
+            response = JSONResponse(json.loads(body or b"null"), status_code=status)
+        else:
+            cards = [card for _, body in answers.values() for card in json.loads(body)["data"]]
+            response = JSONResponse({"object": "list", "data": cards})
+        await response(scope, _no_body, send)
+
+    async def health(self, scope: Scope, send: Send) -> None:
+        """Healthy when every model's deployment is; the body holds each one's health."""
+        answers = await self.each_model(scope)
+        healthy = all(status == 200 for status, _ in answers.values())
+        body = {name: _json_or_text(text) for name, (_, text) in answers.items()}
+        response = JSONResponse({"models": body}, status_code=200 if healthy else 503)
+        await response(scope, _no_body, send)
+
+
+def _json_or_text(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace")
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+

@@ -1,0 +1,64 @@
+"""The model router: the one OpenAI endpoint of a multi-model platform (`models` in the config).
+It reads each request's `model` and hands the request to that model's vLLM deployment (the base
+model's for an adapter) through a Serve handle; every route of vLLM's app, streaming included."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+from ray.serve.exceptions import BackPressureError
+from starlette.types import ASGIApp, Message
+
+from serving.api.auth import APIKeyAuth, key_ring
+from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes
+from serving.api.errors import APIError
+from serving.api.limits import BodySizeLimit
+from serving.config import PlatformConfig
+
+
+def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
+    """What Serve's HTTP path answers when a deployment's queue is full, for this model."""
+    settings = next(m for m in config.models if m.name == route.model).backpressure
+    return APIError(
+        f"model {route.model} is at capacity (backpressure); retry after "
+        f"{settings.retry_after_s:g} s", status=settings.status_code,
+        headers={"Retry-After": f"{settings.retry_after_s:g}"},
+    )
+
+
+@serve.deployment(name="ModelRouter", max_ongoing_requests=4096, health_check_period_s=10)
+@serve.ingress()
+class ModelRouter:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = PlatformConfig.model_validate(config)
+        self.handles = {
+            entry.name: serve.get_deployment_handle("VLLMServer", entry.app_name).options(
+                stream=True, method_name="asgi_call", _by_reference=False)
+            for entry in self.config.models
+        }
+        routes = model_routes({m.name: [a.name for a in m.adapters] for m in self.config.models})
+        dispatch = ModelDispatch(routes, self.config.models[0].name, self.forward, self.refusal)
+        app: ASGIApp = BodySizeLimit(dispatch, self.config.limits.max_body_bytes)
+        keys = key_ring(self.config.auth)
+        self.asgi = APIKeyAuth(app, keys) if keys.enabled else app
+
+    def __serve_build_asgi_app__(self) -> ASGIApp:
+        return self.asgi
+
+    def forward(self, route: Route) -> Forward:
+        handle = self.handles[route.model]
+
+        def send(scope: dict[str, Any], body: bytes) -> AsyncIterator[list[Message]]:
+            return handle.remote(scope, body)
+
+        return send
+
+    def refusal(self, route: Route, err: Exception) -> APIError | None:
+        return backpressure_error(self.config, route) if isinstance(err, BackPressureError) else None
+
+
+def build_router_app(config: PlatformConfig) -> Application:
+    return ModelRouter.bind(config.model_dump(mode="json"))

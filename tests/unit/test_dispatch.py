@@ -1,0 +1,194 @@
+"""The one endpoint's dispatch, without Ray: ModelDispatch over in-process `forward`s that run a
+small ASGI app through `run_asgi`, as a model's replica does. The real path (Serve handles, vLLM's
+app, adapters): tests/integration/test_multi_model.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from serving.api.dispatch import (
+    ModelDispatch,
+    Route,
+    model_routes,
+    requested_model,
+    run_asgi,
+)
+from serving.api.errors import APIError
+
+
+def model_app(name: str, adapters: list[str]) -> FastAPI:
+    """A stand-in for one model's vLLM app: echoes the route it got, lists its model cards."""
+    app = FastAPI()
+
+    @app.post("/v1/completions")
+    async def complete(request: Request) -> Any:
+        body = await request.json()
+        if body.get("stream"):
+            async def chunks():
+                for i in range(3):
+                    yield f"data: {name}-{i}\n\n"
+            return StreamingResponse(chunks(), media_type="text/event-stream")
+        return {"served_by": name, "model": body.get("model"), "path": request.url.path}
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        cards = [{"id": name, "parent": None}] + [{"id": a, "parent": name} for a in adapters]
+        return {"object": "list", "data": cards}
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok", "model": name}
+
+    return app
+
+
+class Refused(Exception):
+    pass
+
+
+def dispatch(forwarded: list[Route] | None = None, refuse: bool = False) -> ModelDispatch:
+    adapters = {"base": ["base-lora"], "other": []}
+    apps = {name: model_app(name, names) for name, names in adapters.items()}
+
+    def forward(route: Route):
+        if forwarded is not None:
+            forwarded.append(route)
+
+        async def send(scope: dict[str, Any], body: bytes):
+            if refuse:
+                raise Refused()
+            async for messages in run_asgi(apps[route.model], scope, body):
+                yield messages
+
+        return send
+
+    def refusal(route: Route, err: Exception) -> APIError | None:
+        if not isinstance(err, Refused):
+            return None
+        return APIError(f"{route.model} is busy", status=503, headers={"Retry-After": "1"})
+
+    return ModelDispatch(model_routes(adapters), "base", forward, refusal)
+
+
+def client(app: ModelDispatch) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_requests_go_to_their_models_deployment_and_adapters_to_their_base() -> None:
+    forwarded: list[Route] = []
+
+    async def go() -> list[dict]:
+        async with client(dispatch(forwarded)) as http:
+            bodies = []
+            for model in ("base", "other", "base-lora"):
+                response = await http.post("/v1/completions", json={"model": model, "prompt": "x"})
+                assert response.status_code == 200
+                bodies.append(response.json())
+            return bodies
+
+    bodies = run(go())
+    assert [b["served_by"] for b in bodies] == ["base", "other", "base"]
+    assert bodies[2]["model"] == "base-lora"  # the body reaches vLLM's app unchanged
+    assert forwarded == [Route("base"), Route("other"), Route("base", "base-lora")]
+
+
+def test_an_unknown_model_is_a_404_naming_the_available_ones() -> None:
+    async def go() -> httpx.Response:
+        async with client(dispatch()) as http:
+            return await http.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+
+    response = run(go())
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+    assert "base, base-lora, other" in error["message"]
+
+
+def test_a_body_without_a_model_goes_to_the_default_model() -> None:
+    forwarded: list[Route] = []
+
+    async def go() -> None:
+        async with client(dispatch(forwarded)) as http:
+            response = await http.post("/v1/completions", json={"prompt": "x"})
+            assert response.json()["served_by"] == "base"
+
+    run(go())
+    assert forwarded == [Route("base")]
+
+
+def test_streams_arrive_whole_and_in_order() -> None:
+    async def go() -> str:
+        async with client(dispatch()) as http:
+            response = await http.post(
+                "/v1/completions", json={"model": "other", "prompt": "x", "stream": True})
+            assert response.headers["content-type"].startswith("text/event-stream")
+            return response.text
+
+    assert run(go()) == "".join(f"data: other-{i}\n\n" for i in range(3))
+
+
+def test_models_lists_every_model_and_adapter_with_its_parent() -> None:
+    async def go() -> dict:
+        async with client(dispatch()) as http:
+            return (await http.get("/v1/models")).json()
+
+    cards = {card["id"]: card["parent"] for card in run(go())["data"]}
+    assert cards == {"base": None, "base-lora": "base", "other": None}
+
+
+def test_health_reports_each_model() -> None:
+    async def go() -> httpx.Response:
+        async with client(dispatch()) as http:
+            return await http.get("/health")
+
+    response = run(go())
+    assert response.status_code == 200
+    assert set(response.json()["models"]) == {"base", "other"}
+
+
+def test_a_full_queue_is_the_models_backpressure_status() -> None:
+    async def go() -> httpx.Response:
+        async with client(dispatch(refuse=True)) as http:
+            return await http.post("/v1/completions", json={"model": "other", "prompt": "x"})
+
+    response = run(go())
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert "other is busy" in response.json()["error"]["message"]
+
+
+def test_run_asgi_batches_what_the_app_sent_and_reraises_its_error() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        raise RuntimeError("engine died")
+
+    async def go() -> list[list[dict]]:
+        batches = []
+        with pytest.raises(RuntimeError, match="engine died"):
+            async for batch in run_asgi(app, {"type": "http"}, b""):
+                batches.append(batch)
+        return batches
+
+    batches = run(go())
+    assert [m["type"] for batch in batches for m in batch] == [
+        "http.response.start", "http.response.body"]
+
+
+def test_requested_model_reads_only_a_json_objects_model() -> None:
+    assert requested_model(json.dumps({"model": "m"}).encode()) == "m"
+    assert requested_model(b"[1, 2]") is None
+    assert requested_model(b"") is None
+    assert requested_model(b"\xff") is None
