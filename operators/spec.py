@@ -177,6 +177,16 @@ class LLMServiceSpec(CamelModel):
     )
 
     @model_validator(mode="after")
+    def _check_one_model(self) -> LLMServiceSpec:
+        """The chart's rule too: a RayService of this operator serves one model."""
+        if self.platform.models:
+            raise ValueError(
+                "platform.models: the operator does not deploy a multi-model platform yet; serve "
+                "one model per LLMService with platform.model"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_gpu_capacity(self) -> LLMServiceSpec:
         """The chart's rules (templates/_validate.tpl): GPU apps need GPU workers, and enough."""
         demand = gpu_demand(self.platform)

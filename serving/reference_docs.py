@@ -32,12 +32,20 @@ def resolve(schema: Schema, defs: dict[str, Schema]) -> Schema:
 
 
 def nested_properties(schema: Schema, defs: dict[str, Schema]) -> dict[str, Schema] | None:
-    """The keys of an object, also of an optional one (`anyOf: [object, null]`)."""
+    """The keys of an object, also of an optional one (`anyOf: [object, null]`), or of the
+    items of a list of objects."""
     for option in [schema, *schema.get("anyOf", [])]:
         option = resolve(option, defs)
         if "properties" in option:
             return option["properties"]
+        if option.get("type") == "array" and "properties" in resolve(option.get("items", {}), defs):
+            return resolve(option["items"], defs)["properties"]
     return None
+
+
+def key_prefix(path: str, schema: Schema, defs: dict[str, Schema]) -> str:
+    """`models[].` for the items of a list, `vllm.` for an object's keys."""
+    return f"{path}[]." if resolve(schema, defs).get("type") == "array" else f"{path}."
 
 
 def type_text(schema: Schema, defs: dict[str, Schema]) -> str:
@@ -82,7 +90,7 @@ def rows(
         description = cell(schema.get("description", ""))
         yield f"| `{path}` | {type_text(raw, defs)} | {default_text(shown)} | {description} |"
         if nested:
-            yield from rows(nested, defs, f"{path}.", default)
+            yield from rows(nested, defs, key_prefix(path, raw, defs), default)
 
 
 TABLE_HEAD = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
@@ -94,7 +102,7 @@ def section(name: str, raw: Schema, defs: dict[str, Schema], defaults: Any) -> l
     description = cell(schema.get("description", ""))
     lines = [f"## `{name}`", ""] + ([description, ""] if description else [])
     properties = nested_properties(schema, defs) or {}
-    return lines + TABLE_HEAD + list(rows(properties, defs, f"{name}.", defaults)) + [""]
+    return lines + TABLE_HEAD + list(rows(properties, defs, key_prefix(name, raw, defs), defaults)) + [""]
 
 
 def sections(properties: dict[str, Schema], defs: dict[str, Schema], defaults: Any) -> list[str]:

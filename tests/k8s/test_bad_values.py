@@ -24,6 +24,8 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("unknown platform key", {"platform": {"vllm": {"max_replica": 2}}},
      ["/platform/vllm", "'max_replica' not allowed"]),
     ("unknown chart key", {"worker": {}}, ["'worker' not allowed"]),
+    ("a models list", {"platform": {"models": [{"name": "a"}]}},
+     ["platform.models: the chart does not deploy a multi-model platform yet"]),
     ("wrong accelerator", {"platform": {"vllm": {"resources": {"accelerator": "tpu"}}}},
      ["/platform/vllm/resources/accelerator"]),
     ("rayStartParams must be strings", {"head": {"rayStartParams": {"num-cpus": 0}}},

@@ -93,6 +93,7 @@ def test_zero_gpus_renders_the_cpu_worker_group() -> None:
         ),
         ({"platform": {"modle": {}}}, "platform.modle: Extra inputs are not permitted"),
         ({"image": None}, "image: Input should be a valid string"),
+        ({"platform": {"models": [{"name": "a"}]}}, "platform.models: the operator does not"),
     ],
 )
 def test_invalid_specs_name_the_field(changes: dict[str, Any], message: str) -> None:

@@ -3,6 +3,8 @@ PlatformConfig, a chart value or a CLI command that changed without regenerating
 
 from __future__ import annotations
 
+from typing import get_args, get_origin
+
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -22,7 +24,12 @@ def test_reference_pages_are_up_to_date() -> None:
 def test_config_page_lists_every_field() -> None:
     page = reference_docs.config_page()
     for section, field in PlatformConfig.model_fields.items():
-        for name in field.annotation.model_fields:
+        if get_origin(field.annotation) is list:  # `models`: its items' keys
+            section, (item,) = f"{section}[]", get_args(field.annotation)
+            assert f"| `{section}.adapters[].path` |" in page
+        else:
+            item = field.annotation
+        for name in item.model_fields:
             assert f"| `{section}.{name}` |" in page
 
 

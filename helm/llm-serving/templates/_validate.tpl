@@ -50,6 +50,9 @@ platform.model.ref: no model is set. Set a Hugging Face id (e.g. Qwen/Qwen2.5-0.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.platform.models -}}
+{{- $problems = append $problems "platform.models: the chart does not deploy a multi-model platform yet (one model per release). Serve one model per release with platform.model, or run the models list locally with `llm-serving up --config`." -}}
+{{- end -}}
 {{- join "\n- " $problems -}}
 {{- end -}}
 

@@ -1,0 +1,151 @@
+"""The shipped multi-model example (`llm-serving up --config serving/examples/multi-model.yaml`,
+ports moved to free ones): two base models and two LoRA adapters behind one endpoint, used with the
+official `openai` client by `model`. Every `llm-serving conformance` case passes through the model
+router on the default model; an adapter's greedy output equals transformers + peft on the same
+adapter and differs from its base model's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+from filelock import FileLock
+
+from serving.adapters import DEMO_PREFIX, ensure_demo_adapter
+from serving.config import load_config
+from serving.models import resolve_model
+from tests.integration.conftest import ROOT, SESSION_LOCK, free_port, run_cli
+
+EXAMPLE = ROOT / "serving" / "examples" / "multi-model.yaml"
+GREEDY = {"temperature": 0.0}
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The example's OpenAI base URL while it runs (its own Ray head, before the shared one)."""
+    config = yaml.safe_load(EXAMPLE.read_text())
+    port = free_port()
+    config["http"] = {"port": port}
+    config["ray"] = {"dashboard_port": free_port(), "metrics_export_port": free_port()}
+    path = tmp_path_factory.mktemp("multi-model") / "multi-model.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with FileLock(str(SESSION_LOCK), timeout=3600):
+        started = run_cli("up", "--detach", "--config", str(path))
+        if started.returncode != 0:
+            run_cli("down")
+            pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
+        try:
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            run_cli("down", timeout=120)
+
+
+def client(endpoint: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=endpoint, api_key="unused", max_retries=0)
+
+
+def example_names() -> tuple[list[str], dict[str, str]]:
+    """The example's model names, and each adapter's parent."""
+    config = load_config(EXAMPLE)
+    parents = {a.name: m.name for m in config.models for a in m.adapters}
+    return [m.name for m in config.models], parents
+
+
+def test_models_lists_both_models_and_both_adapters_with_parents(endpoint: str) -> None:
+    models, parents = example_names()
+    cards = {card.id: getattr(card, "parent", None) for card in client(endpoint).models.list()}
+    assert cards == {**{name: None for name in models}, **parents}
+
+
+def test_every_model_and_adapter_answers_by_name_streaming_too(endpoint: str) -> None:
+    models, parents = example_names()
+    api = client(endpoint)
+    for name in [*models, *parents]:
+        completion = api.completions.create(model=name, prompt="Hello", max_tokens=4, **GREEDY,
+                                            extra_body={"ignore_eos": True})
+        assert completion.model == name and completion.usage.completion_tokens == 4
+        stream = api.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, stream=True,
+            extra_body={"ignore_eos": True}, **GREEDY)
+        chunks = [chunk for chunk in stream if chunk.choices]
+        assert {chunk.model for chunk in chunks} == {name}
+        assert sum(bool(chunk.choices[0].delta.content) for chunk in chunks) >= 2
+
+
+def test_an_adapter_gives_structured_output_and_logprobs(endpoint: str) -> None:
+    _, parents = example_names()
+    adapter = sorted(parents)[0]
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+              "required": ["city"], "additionalProperties": False}
+    chat = client(endpoint).chat.completions.create(
+        model=adapter, messages=[{"role": "user", "content": "Name a city as JSON."}],
+        max_tokens=40, logprobs=True, top_logprobs=2, **GREEDY,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    )
+    assert set(json.loads(chat.choices[0].message.content)) == {"city"}
+    tokens = chat.choices[0].logprobs.content
+    assert tokens and all(len(token.top_logprobs) == 2 for token in tokens)
+
+
+def test_an_unknown_model_is_a_404_naming_the_models(endpoint: str) -> None:
+    with pytest.raises(openai.NotFoundError) as raised:
+        client(endpoint).completions.create(model="no-such-model", prompt="x", max_tokens=1)
+    error = raised.value.body
+    assert error["code"] == "model_not_found"
+    assert all(name in error["message"] for name in example_names()[0])
+
+
+def peft_greedy(adapter: str, prompt_ids: list[int], max_tokens: int) -> list[int]:
+    """Greedy tokens of the default model with the demo adapter, in float32 transformers + peft."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model_dir = resolve_model("default")
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, ensure_demo_adapter(model_dir, adapter)).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_tokens,
+                             do_sample=False, min_new_tokens=max_tokens)
+    return out[0, len(prompt_ids):].tolist()
+
+
+def test_an_adapters_greedy_output_equals_peft_and_differs_from_its_base(endpoint: str) -> None:
+    from transformers import AutoTokenizer
+
+    config = load_config(EXAMPLE)
+    base = next(m for m in config.models if m.model.ref == "default")
+    adapter = base.adapters[0]
+    assert adapter.path.startswith(DEMO_PREFIX)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("default"))
+    prompt_ids = tokenizer("The three primary colours are")["input_ids"]
+
+    def served(model: str) -> list[int]:
+        completion = client(endpoint).completions.create(
+            model=model, prompt=prompt_ids, max_tokens=8, **GREEDY,
+            extra_body={"ignore_eos": True, "return_token_ids": True})
+        return completion.choices[0].model_extra["token_ids"]
+
+    expected = peft_greedy(adapter.path.removeprefix(DEMO_PREFIX), prompt_ids, 8)
+    assert served(adapter.name) == expected
+    assert served(base.name) != expected
+
+
+def test_every_conformance_case_passes_through_the_router(endpoint: str, tmp_path: Path) -> None:
+    """vLLM's full API (tools, structured outputs, logprobs, echo, Responses, tokenize, ...) on
+    the example's default model, dispatched by the router."""
+    name = next(m.name for m in load_config(EXAMPLE).models if m.model.ref == "default")
+    chat = client(endpoint).chat.completions.create(
+        model=name, max_tokens=24, messages=[{"role": "user", "content": "What is the capital of France?"}],
+        **GREEDY)
+    assert "Paris" in chat.choices[0].message.content
+    done = run_cli("conformance", "--target", f"router={endpoint}", "--model", name,
+                   "--output", str(tmp_path), "--timeout", "60", timeout=600)
+    results = json.loads((tmp_path / "conformance.json").read_text())["results"]
+    failing = {r["case"]: r.get("reason") for r in results if r["status"] != "ok"}
+    assert len(results) >= 30 and not failing, f"{failing}\n{done.stdout}"
+    assert done.returncode == 0, done.stderr
