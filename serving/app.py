@@ -21,6 +21,13 @@ def vllm_app(args: dict[str, Any]) -> Application:
     return build_vllm_app(parse_config(args, "serve config args"))
 
 
+def model_app(args: dict[str, Any]) -> Application:
+    """One model's vLLM deployment behind the model router (an entry of `models`)."""
+    from serving.deployments.vllm_server import build_vllm_app
+
+    return build_vllm_app(parse_config(args, "serve config args"), behind_router=True)
+
+
 def hf_app(args: dict[str, Any]) -> Application:
     """The transformers baseline from its part of the platform config (model, hf, auth, limits)."""
     from serving.deployments.hf_baseline import build_hf_app

@@ -60,6 +60,15 @@ class AdapterConfig(StrictModel):
     )
 
 
+RoutingPolicy = Literal["power_of_two", "prefix_cache", "session"]
+# Serve request router of each policy (serving/routing.py says what each does).
+ROUTER_CLASSES: dict[str, str] = {
+    "power_of_two": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",
+    "prefix_cache": "serving.routing:PrefixAffinityRouter",
+    "session": "serving.routing:SessionAffinityRouter",
+}
+
+
 class VLLMReplicaSettings(ReplicaScaling):
     """What one model's vLLM deployment runs: engine, `vllm serve` options, LoRA adapters."""
 
@@ -84,6 +93,13 @@ class VLLMReplicaSettings(ReplicaScaling):
     )
     max_adapters: int = Field(
         4, gt=0, description="Adapters one replica's engine holds at once (vLLM's max_loras)."
+    )
+    routing: RoutingPolicy = Field(
+        "power_of_two",
+        description="How requests through the `models` endpoint pick a replica of this model: "
+        "power_of_two (the less loaded of two), prefix_cache (the replica whose KV cache likely "
+        "holds the prompt's prefix, Ray's PrefixCacheAffinityRouter), session (one replica per "
+        "`x-session-id` header or OpenAI `user`).",
     )
 
 

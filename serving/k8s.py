@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving.config import PlatformConfig
+from serving.config import ROUTER_CLASSES, PlatformConfig
 from serving.k8s_schema import chart_properties, value_comments
 
 APP_NAMES = ("vllm", "hf", "analysis")  # serving.app.build_apps order
@@ -27,7 +27,7 @@ def app_builders() -> dict[str, Callable[..., Any]]:
 
     return {
         "vllm": app.vllm_app, "hf": app.hf_app, "analysis": app.analysis_app,
-        "router": app.router_app,
+        "router": app.router_app, "model": app.model_app,
     }
 
 
@@ -79,6 +79,13 @@ def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
     return options | serve_options
 
 
+def router_option(policy: str) -> dict[str, Any]:
+    """The deployment's Serve request router; none for Serve's default (power of two)."""
+    if policy == "power_of_two":
+        return {}
+    return {"request_router_config": {"request_router_class": ROUTER_CLASSES[policy]}}
+
+
 def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
     builders = app_builders()
     apps = []
@@ -117,10 +124,10 @@ def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
         platform = config.model_platform(entry)
         models.append({
             "name": entry.app_name,
-            "import_path": import_path(app_builders()["vllm"]),
+            "import_path": import_path(app_builders()["model"]),
             "route_prefix": None,
             "args": app_args(platform, "vllm"),
-            "deployments": [deployment_options(platform, "vllm")],
+            "deployments": [deployment_options(platform, "vllm") | router_option(entry.routing)],
         })
     return [router, *models]
 

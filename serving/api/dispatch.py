@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import route_path
 from serving.api.errors import APIError, error_response
+from serving.routing import RoutingHint, routing_hint
 
 # Scope keys a replica needs to run the request; the rest (app, router, state) stays here.
 FORWARDED_SCOPE_KEYS = (
@@ -23,8 +25,9 @@ FORWARDED_SCOPE_KEYS = (
     "query_string", "headers", "server", "client",
 )
 
-# Sends one request's ASGI messages to a model's deployment, yielding its response messages.
-Forward = Callable[[dict[str, Any], bytes], AsyncIterator[list[Message]]]
+# Sends one request's ASGI messages to a model's deployment (with what its request router may
+# use to pick a replica), yielding the response messages.
+Forward = Callable[[dict[str, Any], bytes, RoutingHint], AsyncIterator[list[Message]]]
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,13 @@ def model_not_found(name: Any, available: list[str]) -> APIError:
     )
 
 
-def requested_model(body: bytes) -> Any:
-    """The body's `model` (None when the body is not a JSON object or names none)."""
+def parsed_body(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; empty when it is none (vLLM's app then says what is wrong)."""
     try:
         data = json.loads(body) if body else None
     except ValueError:
-        return None
-    return data.get("model") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def forwarded_scope(scope: Scope) -> dict[str, Any]:
@@ -136,7 +139,8 @@ class ModelDispatch:
         if method == "GET" and path == "/health":
             await self.health(scope, send)
             return
-        name = requested_model(body)
+        data = parsed_body(body)
+        name = data.get("model")
         if name is None:
             route = Route(self.default_model)  # a route without a model: vLLM's default
         elif isinstance(name, str) and name in self.routes:
@@ -144,11 +148,13 @@ class ModelDispatch:
         else:
             await error_response(model_not_found(name, sorted(self.routes)))(scope, receive, send)
             return
-        await self.relay(route, forwarded_scope(scope), body, send)
+        hint = routing_hint(data, Headers(scope=scope))
+        await self.relay(route, forwarded_scope(scope), body, hint, send)
 
-    async def relay(self, route: Route, scope: dict[str, Any], body: bytes, send: Send) -> None:
+    async def relay(self, route: Route, scope: dict[str, Any], body: bytes, hint: RoutingHint,
+                    send: Send) -> None:
         try:
-            async for messages in self.forward(route)(scope, body):
+            async for messages in self.forward(route)(scope, body, hint):
                 for message in messages:
                     await send(message)
         except Exception as err:
@@ -160,7 +166,7 @@ class ModelDispatch:
     async def collect(self, model: str, scope: Scope) -> tuple[int, bytes]:
         """Status and body of a small GET answered by one model's deployment."""
         status, chunks = 500, []
-        async for messages in self.forward(Route(model))(forwarded_scope(scope), b""):
+        async for messages in self.forward(Route(model))(forwarded_scope(scope), b"", RoutingHint()):
             for message in messages:
                 if message["type"] == "http.response.start":
                     status = message["status"]

@@ -17,6 +17,7 @@ from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes
 from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
 from serving.config import PlatformConfig
+from serving.routing import RoutingHint
 
 
 def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
@@ -51,8 +52,9 @@ class ModelRouter:
     def forward(self, route: Route) -> Forward:
         handle = self.handles[route.model]
 
-        def send(scope: dict[str, Any], body: bytes) -> AsyncIterator[list[Message]]:
-            return handle.remote(scope, body)
+        def send(scope: dict[str, Any], body: bytes,
+                 hint: RoutingHint) -> AsyncIterator[list[Message]]:
+            return handle.remote(scope, body, hint)
 
         return send
 

@@ -16,10 +16,12 @@ from typing import Any
 from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
+from ray.serve.handle import DeploymentHandle
 from starlette.types import Message
 
 from serving.adapters import resolve_adapter_path
 from serving.api.dispatch import run_asgi
+from serving.routing import RoutingHint
 
 from serving.api.auth import key_ring
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
@@ -59,6 +61,7 @@ async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
 class VLLMServer:
     async def __init__(self, config: dict[str, Any]) -> None:
         started = time.perf_counter()
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
         platform = PlatformConfig.model_validate(config)
         model_dir = resolve_model(platform.model.ref, platform.model.cache_dir)
         self.config = with_adapter_dirs(platform, model_dir)
@@ -79,11 +82,14 @@ class VLLMServer:
     def __serve_build_asgi_app__(self) -> WrappedApp:
         return self.openai_app
 
-    async def asgi_call(self, scope: dict[str, Any], body: bytes) -> AsyncIterator[list[Message]]:
+    async def asgi_call(self, scope: dict[str, Any], body: bytes,
+                        hint: RoutingHint | None = None) -> AsyncIterator[list[Message]]:
         """One HTTP request dispatched by the model router through a Serve handle (no second
-        HTTP hop): vLLM's app runs it here and its response messages stream back in batches."""
+        HTTP hop): vLLM's app runs it here and its response messages stream back in batches.
+        `hint` is for the request router that picked this replica; the response names the
+        replica in a header."""
         async for messages in run_asgi(self.openai_app, scope, body):
-            yield messages
+            yield [with_replica_header(m, self.replica_id) for m in messages]
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""
@@ -93,6 +99,17 @@ class VLLMServer:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()
+
+
+REPLICA_HEADER = b"x-llm-serving-replica"
+
+
+def with_replica_header(message: Message, replica_id: str) -> Message:
+    """A response start with the replica that served it (which replica a routing policy chose)."""
+    if message["type"] != "http.response.start":
+        return message
+    headers = [*message.get("headers", []), (REPLICA_HEADER, replica_id.encode())]
+    return {**message, "headers": headers}
 
 
 def with_adapter_dirs(config: PlatformConfig, model_dir: Path) -> PlatformConfig:
@@ -105,9 +122,21 @@ def with_adapter_dirs(config: PlatformConfig, model_dir: Path) -> PlatformConfig
     return config.model_copy(update={"vllm": config.vllm.model_copy(update={"adapters": adapters})})
 
 
-def build_vllm_app(config: PlatformConfig) -> Application:
+@serve.deployment(name="ModelEntry", num_replicas=1, ray_actor_options={"num_cpus": 0})
+class ModelEntry:
+    """The ingress of one model's app behind the model router. Serve gives every app an ingress,
+    and under HAProxy an ingress may not take a custom request router (HAProxy would bypass it);
+    so the model's VLLMServer replicas sit behind this idle one, reached by the router's handle,
+    with the model's routing policy."""
+
+    def __init__(self, server: DeploymentHandle) -> None:
+        self.server = server
+
+
+def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Application:
     deployment = config.vllm
-    return VLLMServer.options(
+    server = VLLMServer.options(
         **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
     ).bind(config.model_dump(mode="json"))
+    return ModelEntry.bind(server) if behind_router else server

@@ -149,3 +149,24 @@ def test_every_conformance_case_passes_through_the_router(endpoint: str, tmp_pat
     failing = {r["case"]: r.get("reason") for r in results if r["status"] != "ok"}
     assert len(results) >= 30 and not failing, f"{failing}\n{done.stdout}"
     assert done.returncode == 0, done.stderr
+
+
+def test_session_routing_keeps_a_session_on_one_replica(endpoint: str) -> None:
+    """The example's tiny model has two replicas and session routing: the replica header of a
+    session's requests never changes, and sessions spread over both replicas."""
+    import httpx
+
+    config = load_config(EXAMPLE)
+    entry = next(m for m in config.models if m.routing == "session")
+    assert entry.num_replicas == 2
+    served: dict[str, set[str]] = {}
+    with httpx.Client(timeout=60) as http:
+        for session in [f"conversation-{i}" for i in range(8)]:
+            for turn in range(3):
+                response = http.post(f"{endpoint}/completions", headers={"x-session-id": session},
+                                     json={"model": entry.name, "prompt": f"turn {turn}",
+                                           "max_tokens": 1})
+                assert response.status_code == 200
+                served.setdefault(session, set()).add(response.headers["x-llm-serving-replica"])
+    assert all(len(replicas) == 1 for replicas in served.values()), served
+    assert len(set().union(*served.values())) == 2

@@ -17,10 +17,11 @@ from serving.api.dispatch import (
     ModelDispatch,
     Route,
     model_routes,
-    requested_model,
+    parsed_body,
     run_asgi,
 )
 from serving.api.errors import APIError
+from serving.routing import RoutingHint
 
 
 def model_app(name: str, adapters: list[str]) -> FastAPI:
@@ -53,7 +54,8 @@ class Refused(Exception):
     pass
 
 
-def dispatch(forwarded: list[Route] | None = None, refuse: bool = False) -> ModelDispatch:
+def dispatch(forwarded: list[Route] | None = None, refuse: bool = False,
+             hints: list[RoutingHint] | None = None) -> ModelDispatch:
     adapters = {"base": ["base-lora"], "other": []}
     apps = {name: model_app(name, names) for name, names in adapters.items()}
 
@@ -61,7 +63,9 @@ def dispatch(forwarded: list[Route] | None = None, refuse: bool = False) -> Mode
         if forwarded is not None:
             forwarded.append(route)
 
-        async def send(scope: dict[str, Any], body: bytes):
+        async def send(scope: dict[str, Any], body: bytes, hint: RoutingHint):
+            if hints is not None:
+                hints.append(hint)
             if refuse:
                 raise Refused()
             async for messages in run_asgi(apps[route.model], scope, body):
@@ -187,8 +191,30 @@ def test_run_asgi_batches_what_the_app_sent_and_reraises_its_error() -> None:
         "http.response.start", "http.response.body"]
 
 
-def test_requested_model_reads_only_a_json_objects_model() -> None:
-    assert requested_model(json.dumps({"model": "m"}).encode()) == "m"
-    assert requested_model(b"[1, 2]") is None
-    assert requested_model(b"") is None
-    assert requested_model(b"\xff") is None
+def test_parsed_body_is_a_json_object_or_empty() -> None:
+    assert parsed_body(json.dumps({"model": "m"}).encode()) == {"model": "m"}
+    assert parsed_body(b"[1, 2]") == {}
+    assert parsed_body(b"") == {}
+    assert parsed_body(b"\xff") == {}
+
+
+def test_a_model_that_is_not_a_string_is_a_404() -> None:
+    async def go() -> httpx.Response:
+        async with client(dispatch()) as http:
+            return await http.post("/v1/completions", json={"model": ["base"], "prompt": "x"})
+
+    assert run(go()).status_code == 404
+
+
+def test_the_request_router_gets_the_prompt_and_session() -> None:
+    hints: list[RoutingHint] = []
+    messages = [{"role": "user", "content": "hi"}]
+
+    async def go() -> None:
+        async with client(dispatch(hints=hints)) as http:
+            await http.post("/v1/completions", json={"model": "base", "prompt": "p", "user": "u1"})
+            await http.post("/v1/completions", json={"model": "base", "messages": messages},
+                            headers={"x-session-id": "s9"})
+
+    run(go())
+    assert hints == [RoutingHint("p", "u1"), RoutingHint(messages, "s9")]

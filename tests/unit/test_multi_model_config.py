@@ -50,6 +50,7 @@ def test_each_model_is_its_own_app_behind_the_router() -> None:
     apps = {app["name"]: app for app in serve_config(config, "127.0.0.1")["applications"]}
     assert list(apps) == ["vllm", "vllm-small", "vllm-other", "analysis"]
     assert apps["vllm"]["import_path"] == "serving.app:router_app"
+    assert apps["vllm-small"]["import_path"] == "serving.app:model_app"
     assert apps["vllm"]["route_prefix"] == "/"
     assert apps["vllm-small"]["route_prefix"] is None
     assert apps["vllm-small"]["deployments"][0]["num_replicas"] == 2

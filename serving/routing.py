@@ -1,0 +1,80 @@
+"""How the model router picks a replica of a model: each model's `routing` in the config names a
+Serve request router (`request_router_config` of its deployment, `ROUTER_CLASSES` in
+serving/config.py), which sees the `RoutingHint` the router passes with every request.
+
+- power_of_two: Serve's default; the less loaded of two random replicas.
+- prefix_cache: Ray's `PrefixCacheAffinityRouter` (made safe for requests without text): the replica whose earlier prompts share the
+  longest prefix with this one (its KV cache likely holds it) while loads stay balanced.
+- session: every request of a session (`x-session-id` header, else the OpenAI `user` field) to
+  the same replica, by rendezvous hashing, so a conversation's history stays in one KV cache;
+  the next-ranked replica takes it when that one is full. No session: power of two choices."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from ray.serve.llm.request_router import PrefixCacheAffinityRouter
+from ray.serve.request_router import LocalityMixin, MultiplexMixin, RequestRouter
+from starlette.datastructures import Headers
+
+SESSION_HEADER = "x-session-id"
+
+
+@dataclass(frozen=True)
+class RoutingHint:
+    """What a request router may know of a request without parsing it again. `prompt` is what
+    PrefixCacheAffinityRouter reads: a prompt string or list, or chat messages."""
+
+    prompt: Any = ""
+    session: str | None = None
+
+
+def routing_hint(body: Any, headers: Headers) -> RoutingHint:
+    """The hint of a request: its prompt (completions), messages (chat) or input (Responses),
+    and its session."""
+    data = body if isinstance(body, dict) else {}
+    prompt = next((data[key] for key in ("prompt", "messages", "input") if key in data), "")
+    session = headers.get(SESSION_HEADER) or data.get("user")
+    return RoutingHint(prompt=prompt, session=str(session) if session else None)
+
+
+def rendezvous_rank(session: str, replica_ids: list[str]) -> list[str]:
+    """Replicas in the session's order of preference (highest random weight first): a session
+    keeps its replica while replicas come and go, and only a gone replica's sessions move."""
+    def weight(replica_id: str) -> bytes:
+        return hashlib.sha256(f"{session}\0{replica_id}".encode()).digest()
+
+    return sorted(replica_ids, key=weight, reverse=True)
+
+
+def hint_of(pending_request: Any) -> RoutingHint | None:
+    """The request's hint, found by its fields, not its class: the router Serve runs may be a
+    copy of this module's class (shipped pickled), whose RoutingHint is another class object."""
+    args = getattr(pending_request, "args", None) or []
+    return next((arg for arg in args if hasattr(arg, "session") and hasattr(arg, "prompt")), None)
+
+
+class PrefixAffinityRouter(PrefixCacheAffinityRouter):
+    """Ray's prefix-cache affinity router for any request: one with no text (a GET, an empty
+    prompt) matches nothing instead of dividing by its zero length."""
+
+    def _extract_text_from_request(self, pending_request: Any) -> str:
+        return super()._extract_text_from_request(pending_request) or "\0"
+
+
+class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
+    """A session's requests to its rendezvous-hashed replica (next ranks when it is full);
+    requests without a session to the less loaded of two random replicas. No FIFOMixin: it
+    routes without the request (a replica goes to whichever request waits longest), so a
+    session could not choose."""
+
+    async def choose_replicas(self, candidate_replicas: list[Any],
+                              pending_request: Any = None) -> list[list[Any]]:
+        hint = hint_of(pending_request)
+        if hint is None or hint.session is None or len(candidate_replicas) < 2:
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        return [[by_id[rid]] for rid in rendezvous_rank(hint.session, list(by_id))]

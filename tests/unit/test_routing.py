@@ -1,0 +1,72 @@
+"""Routing policies: each model's `routing` becomes its deployment's Serve request router, and the
+session router keeps a session on one replica (falling back down its rank when that one is full)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from types import SimpleNamespace
+
+from serving.config import parse_config
+from serving.k8s import serve_config
+from serving.routing import (
+    PrefixAffinityRouter,
+    RoutingHint,
+    SessionAffinityRouter,
+    rendezvous_rank,
+)
+
+
+def replicas(count: int) -> list[SimpleNamespace]:
+    return [SimpleNamespace(replica_id=SimpleNamespace(unique_id=f"r{i}")) for i in range(count)]
+
+
+def choose(candidates: list[SimpleNamespace], hint: RoutingHint | None) -> list[list[str]]:
+    router = SessionAffinityRouter.__new__(SessionAffinityRouter)  # no Serve state needed here
+    request = SimpleNamespace(args=[{}, b"", hint] if hint else [])
+    ranks = asyncio.run(router.choose_replicas(candidates, request))
+    return [[r.replica_id.unique_id for r in rank] for rank in ranks]
+
+
+def test_each_policy_is_its_deployments_request_router() -> None:
+    models = [{"name": "a", "routing": "prefix_cache"}, {"name": "b", "routing": "session"},
+              {"name": "c"}]
+    apps = {a["name"]: a for a in serve_config(parse_config({"models": models}), "127.0.0.1")[
+        "applications"]}
+    options = {name: apps[f"vllm-{name}"]["deployments"][0] for name in "abc"}
+    assert options["a"]["request_router_config"]["request_router_class"] == (
+        "serving.routing:PrefixAffinityRouter")
+    assert options["b"]["request_router_config"]["request_router_class"] == (
+        "serving.routing:SessionAffinityRouter")
+    assert "request_router_config" not in options["c"]
+
+
+def test_a_session_always_ranks_the_same_replica_first_and_sessions_spread() -> None:
+    ranks = choose(replicas(4), RoutingHint("p", "session-1"))
+    assert sorted(r[0] for r in ranks) == ["r0", "r1", "r2", "r3"]  # every replica, ranked
+    assert choose(replicas(4), RoutingHint("other prompt", "session-1")) == ranks
+    firsts = Counter(choose(replicas(4), RoutingHint("", f"s{i}"))[0][0] for i in range(200))
+    assert len(firsts) == 4 and min(firsts.values()) > 20
+
+
+def test_a_gone_replica_moves_only_its_own_sessions() -> None:
+    sessions = [f"s{i}" for i in range(100)]
+    before = {s: rendezvous_rank(s, ["r0", "r1", "r2"])[0] for s in sessions}
+    after = {s: rendezvous_rank(s, ["r0", "r1"])[0] for s in sessions}
+    moved = {s for s in sessions if before[s] != after[s]}
+    assert moved == {s for s in sessions if before[s] == "r2"}
+
+
+def test_no_session_is_power_of_two_choices() -> None:
+    ranks = choose(replicas(4), RoutingHint("p", None))
+    assert len(ranks) == 1 and len(ranks[0]) == 2 and len(set(ranks[0])) == 2
+    assert choose(replicas(4), None)[0][0] in {"r0", "r1", "r2", "r3"}
+
+
+def test_the_prefix_router_takes_a_request_without_text() -> None:
+    router = PrefixAffinityRouter.__new__(PrefixAffinityRouter)
+    for prompt in ("", [], [{"role": "user", "content": ""}]):
+        request = SimpleNamespace(args=[{}, b"", RoutingHint(prompt)])
+        assert router._extract_text_from_request(request)
+    request = SimpleNamespace(args=[{}, b"", RoutingHint([{"role": "user", "content": "hi"}])])
+    assert router._extract_text_from_request(request) == "hi"
