@@ -68,6 +68,8 @@ def print_ready(ep: Any) -> None:
     )
     click.echo("llm-serving is up")
     click.echo(f"  model          {ep.model}")
+    if ep.served and len(ep.served) > 1:
+        click.echo(f"  all models     {', '.join(ep.served)}")
     click.echo(f"  OpenAI API     {ep.api_url}")
     if ep.hf_url:
         click.echo(f"  HF baseline    {ep.hf_url}")
@@ -206,6 +208,8 @@ def status(as_json: bool) -> None:
     except ConnectionError as err:
         raise local.PlatformError(f"cannot reach the local Ray cluster: {err}") from None
     engines = {app: local.engine_health(url) for app, url in local.engine_health_urls(ep).items()}
+    if "models" in engines.get("vllm", {}):  # the models endpoint: each model's app's health
+        engines |= {f"vllm-{name}": h for name, h in engines.pop("vllm")["models"].items()}
     if as_json:
         click.echo(json.dumps({"apps": apps, "engines": engines}, indent=2))
         return

@@ -42,6 +42,7 @@ class Endpoints:
     hf_url: str | None = None  # the transformers baseline's OpenAI routes, e.g. .../hf/v1
     analysis_url: str | None = None  # the analysis routes, e.g. .../analysis
     started_with: dict[str, Any] | None = None  # restart_settings() of the running platform
+    served: list[str] | None = None  # every name `model` may take (models and adapters)
 
 
 def restart_settings(config: PlatformConfig) -> dict[str, Any]:
@@ -86,7 +87,15 @@ def endpoints(config: PlatformConfig) -> Endpoints:
             f"{http}{config.analysis.route_prefix.rstrip('/')}" if config.analysis.enabled else None
         ),
         started_with=restart_settings(config),
+        served=served_names(config),
     )
+
+
+def served_names(config: PlatformConfig) -> list[str]:
+    """Names the OpenAI endpoint serves: each model, then its adapters."""
+    if not config.models:
+        return [config.model.name, *(a.name for a in config.vllm.adapters)]
+    return [name for m in config.models for name in (m.name, *(a.name for a in m.adapters))]
 
 
 def health_urls(config: PlatformConfig) -> list[str]:

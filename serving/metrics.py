@@ -32,6 +32,7 @@ E2E = "llm_serving_e2e_request_latency_seconds"
 PROMPT_TOKENS = "llm_serving_prompt_tokens_total"
 GENERATION_TOKENS = "llm_serving_generation_tokens_total"
 REQUESTS = "llm_serving_requests_total"
+ADAPTER_LOADS = "llm_serving_adapter_loads_total"
 
 DESCRIPTIONS = {
     QUEUE_DEPTH: "Requests waiting inside the engine, not yet scheduled (queue depth).",
@@ -43,6 +44,7 @@ DESCRIPTIONS = {
     PROMPT_TOKENS: "Prompt tokens processed.",
     GENERATION_TOKENS: "Tokens generated.",
     REQUESTS: "Finished HTTP requests by status code.",
+    ADAPTER_LOADS: "LoRA adapters loaded into a replica's engine, by adapter (model multiplexing).",
 }
 
 
@@ -126,6 +128,7 @@ class PlatformMetrics:
         self.prompt_tokens = counter(PROMPT_TOKENS)
         self.generation_tokens = counter(GENERATION_TOKENS)
         self.requests = counter(REQUESTS, ("status",))
+        self.adapter_loads = counter(ADAPTER_LOADS, ("adapter",))
         self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
         self.recorder = BackgroundRecorder()
 
@@ -136,6 +139,9 @@ class PlatformMetrics:
 
     def record_status(self, status: int) -> None:
         self.recorder.submit(self.requests.inc, 1, {"status": str(status)})
+
+    def record_adapter_load(self, adapter: str) -> None:
+        self.recorder.submit(self.adapter_loads.inc, 1, {"adapter": adapter})
 
     def record_request(self, prompt_tokens: int, output_tokens: int, e2e_s: float) -> None:
         if prompt_tokens:

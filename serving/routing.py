@@ -75,6 +75,17 @@ class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                               pending_request: Any = None) -> list[list[Any]]:
         hint = hint_of(pending_request)
         if hint is None or hint.session is None or len(candidate_replicas) < 2:
-            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+            return self.two_choices(candidate_replicas, pending_request)
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         return [[by_id[rid]] for rid in rendezvous_rank(hint.session, list(by_id))]
+
+    def two_choices(self, candidate_replicas: list[Any], pending_request: Any) -> list[list[Any]]:
+        """Power of two choices among the replicas holding the request's adapter when some
+        do (Serve's multiplexing), else among all."""
+        candidates = candidate_replicas
+        metadata = getattr(pending_request, "metadata", None)
+        if getattr(metadata, "multiplexed_model_id", None):
+            holders = self.apply_multiplex_routing(pending_request=pending_request)
+            by_id = {r.replica_id: r for r in candidate_replicas}
+            candidates = [by_id[rid] for rid in holders if rid in by_id] or candidate_replicas
+        return [random.sample(candidates, min(2, len(candidates)))]

@@ -122,8 +122,11 @@ class ModelDispatch:
 
     def __init__(self, routes: dict[str, Route], default_model: str,
                  forward: Callable[[Route], Forward],
-                 on_backpressure: Callable[[Route, Exception], APIError | None]) -> None:
+                 on_backpressure: Callable[[Route, Exception], APIError | None],
+                 adapter_cards: list[dict[str, Any]] | None = None) -> None:
         self.routes = routes
+        # Replicas load adapters on demand and list only what they hold: the router lists all.
+        self.adapter_cards = adapter_cards or []
         self.default_model = default_model
         self.forward = forward
         self.on_backpressure = on_backpressure
@@ -188,6 +191,8 @@ class ModelDispatch:
             response = JSONResponse(json.loads(body or b"null"), status_code=status)
         else:
             cards = [card for _, body in answers.values() for card in json.loads(body)["data"]]
+            listed = {card["id"] for card in self.adapter_cards}
+            cards = [card for card in cards if card["id"] not in listed] + self.adapter_cards
             response = JSONResponse({"object": "list", "data": cards})
         await response(scope, _no_body, send)
 

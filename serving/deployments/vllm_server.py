@@ -21,12 +21,14 @@ from starlette.types import Message
 
 from serving.adapters import resolve_adapter_path
 from serving.api.dispatch import run_asgi
+from serving.api.errors import APIError, error_response
 from serving.routing import RoutingHint
 
 from serving.api.auth import key_ring
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import PlatformConfig, ReplicaResources
 from serving.engines.vllm import VLLMEngine, vllm_env
+from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 
@@ -59,7 +61,7 @@ async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
 @serve.deployment(name="VLLMServer", health_check_period_s=10, health_check_timeout_s=30)
 @serve.ingress()
 class VLLMServer:
-    async def __init__(self, config: dict[str, Any]) -> None:
+    async def __init__(self, config: dict[str, Any], behind_router: bool = False) -> None:
         started = time.perf_counter()
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         platform = PlatformConfig.model_validate(config)
@@ -67,10 +69,18 @@ class VLLMServer:
         self.config = with_adapter_dirs(platform, model_dir)
         resolved = time.perf_counter()
         self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
-        self.engine = VLLMEngine.start(self.config, model_dir, self.metrics)
+        # Behind the model router adapters load when a request names one (Serve multiplexing).
+        self.engine = VLLMEngine.start(self.config, model_dir, self.metrics,
+                                       preload_adapters=not behind_router)
+        vllm_app = await build_vllm_openai_app(self.engine)
+        self.adapters = ReplicaAdapters(
+            vllm_app.state.openai_serving_models,
+            {adapter.name: adapter.path for adapter in self.config.vllm.adapters},
+            self.config.vllm.max_adapters, self.metrics.record_adapter_load,
+        )
+        self.load_adapter = self.adapters.load  # an attribute: Serve sees the replica multiplexes
         self.openai_app = wrap_vllm_app(
-            await build_vllm_openai_app(self.engine), self.engine, self.metrics,
-            self.config.limits, key_ring(self.config.auth),
+            vllm_app, self.engine, self.metrics, self.config.limits, key_ring(self.config.auth),
         )
         self.engine.startup_timings = {
             "resolve_model": round(resolved - started, 2),
@@ -88,7 +98,14 @@ class VLLMServer:
         HTTP hop): vLLM's app runs it here and its response messages stream back in batches.
         `hint` is for the request router that picked this replica; the response names the
         replica in a header."""
-        async for messages in run_asgi(self.openai_app, scope, body):
+        app: Any = self.openai_app
+        adapter = serve.get_multiplexed_model_id()
+        if adapter:
+            try:
+                await self.adapters.load(adapter)
+            except AdapterLoadError as err:
+                app = error_response(APIError(str(err), status=500, param="model"))
+        async for messages in run_asgi(app, scope, body):
             yield [with_replica_header(m, self.replica_id) for m in messages]
 
     async def check_health(self) -> None:
@@ -138,5 +155,5 @@ def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Appli
     server = VLLMServer.options(
         **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
-    ).bind(config.model_dump(mode="json"))
+    ).bind(config.model_dump(mode="json"), behind_router)
     return ModelEntry.bind(server) if behind_router else server

@@ -140,7 +140,8 @@ class VLLMEngine:
 
     @classmethod
     def start(cls, config: PlatformConfig, model_dir: Path,
-              metrics: PlatformMetrics | None = None) -> VLLMEngine:
+              metrics: PlatformMetrics | None = None,
+              preload_adapters: bool = True) -> VLLMEngine:
         apply_engine_env(config, os.environ)
         started = time.perf_counter()
         from vllm.usage.usage_lib import UsageContext
@@ -152,7 +153,7 @@ class VLLMEngine:
         phase_log = install_phase_log()  # before the config: it copies vLLM's logging settings
         snapshot = SchedulerSnapshot()
         try:
-            args = server_namespace(config, model_dir)
+            args = server_namespace(config, model_dir, preload_adapters)
             engine_args = async_engine_args(args)
             vllm_config = engine_args.create_engine_config(UsageContext.OPENAI_API_SERVER)
             configured = time.perf_counter()

@@ -31,7 +31,7 @@ def option_key(name: str) -> str:
     return name.lstrip("-").replace("-", "_")
 
 
-def typed_options(config: PlatformConfig) -> dict[str, Any]:
+def typed_options(config: PlatformConfig, preload_adapters: bool = True) -> dict[str, Any]:
     """The `vllm serve` options of the platform's typed fields (None: vLLM's default)."""
     engine = config.vllm.engine
     accelerator = config.vllm.resources.accelerator
@@ -45,26 +45,31 @@ def typed_options(config: PlatformConfig) -> dict[str, Any]:
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "kv_cache_memory_bytes": _gib_to_bytes(engine.kv_cache_memory_gb),
         "seed": engine.seed,
-        **lora_options(config),
+        **lora_options(config, preload_adapters),
     }
 
 
-def lora_options(config: PlatformConfig) -> dict[str, Any]:
-    """vLLM's LoRA options for the model's adapters (none when it has none)."""
+def lora_options(config: PlatformConfig, preload: bool = True) -> dict[str, Any]:
+    """vLLM's LoRA options for the model's adapters (none when it has none): loaded at start
+    (`lora_modules`), or, behind the model router, when a request names one (vllm_lora.py)."""
     adapters = config.vllm.adapters
     if not adapters:
         return {}
-    return {
+    options = {
         "enable_lora": True,
         "max_loras": config.vllm.max_adapters,
-        "lora_modules": [json.dumps({"name": a.name, "path": a.path}) for a in adapters],
+        "max_cpu_loras": config.vllm.max_adapters,
     }
+    if preload:
+        options["lora_modules"] = [json.dumps({"name": a.name, "path": a.path}) for a in adapters]
+    return options
 
 
-def server_options(config: PlatformConfig, model_dir: Path | str) -> dict[str, Any]:
+def server_options(config: PlatformConfig, model_dir: Path | str,
+                   preload_adapters: bool = True) -> dict[str, Any]:
     """Every `vllm serve` option of the replica: the typed fields, then `vllm.args`. An option
     set in both places, or one the platform owns, is a config error naming it."""
-    typed = {k: v for k, v in typed_options(config).items() if v is not None}
+    typed = {k: v for k, v in typed_options(config, preload_adapters).items() if v is not None}
     extra = {option_key(k): v for k, v in config.vllm.args.items()}
     for key in extra:
         if key in PLATFORM_OWNED:
@@ -125,9 +130,10 @@ def parse_server_options(options: dict[str, Any]) -> argparse.Namespace:
     return args
 
 
-def server_namespace(config: PlatformConfig, model_dir: Path | str) -> argparse.Namespace:
+def server_namespace(config: PlatformConfig, model_dir: Path | str,
+                     preload_adapters: bool = True) -> argparse.Namespace:
     try:
-        return parse_server_options(server_options(config, model_dir))
+        return parse_server_options(server_options(config, model_dir, preload_adapters))
     except ServerArgsError as err:
         raise ServerArgsError(f"vllm.args: vLLM refused the options: {err}") from None
 

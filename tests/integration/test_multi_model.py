@@ -22,6 +22,7 @@ from tests.integration.conftest import ROOT, SESSION_LOCK, free_port, run_cli
 
 EXAMPLE = ROOT / "serving" / "examples" / "multi-model.yaml"
 GREEDY = {"temperature": 0.0}
+METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config = yaml.safe_load(EXAMPLE.read_text())
     port = free_port()
     config["http"] = {"port": port}
-    config["ray"] = {"dashboard_port": free_port(), "metrics_export_port": free_port()}
+    config["ray"] = {"dashboard_port": free_port(), "metrics_export_port": METRICS_PORT}
     path = tmp_path_factory.mktemp("multi-model") / "multi-model.yaml"
     path.write_text(yaml.safe_dump(config))
     with FileLock(str(SESSION_LOCK), timeout=3600):
@@ -170,3 +171,44 @@ def test_session_routing_keeps_a_session_on_one_replica(endpoint: str) -> None:
                 served.setdefault(session, set()).add(response.headers["x-llm-serving-replica"])
     assert all(len(replicas) == 1 for replicas in served.values()), served
     assert len(set().union(*served.values())) == 2
+
+
+def adapter_loads() -> dict[str, float]:
+    """llm_serving_adapter_loads_total per adapter, summed over replicas, from the Ray node's
+    Prometheus endpoint."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
+    loads: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "ray_llm_serving_adapter_loads_total":
+                adapter = sample.labels["adapter"]
+                loads[adapter] = loads.get(adapter, 0.0) + sample.value
+    return loads
+
+
+def test_each_adapter_loads_once_into_the_replica_that_serves_it(endpoint: str) -> None:
+    """Adapters load when first named (Serve's model multiplexing), then stay: alternating
+    requests to both adapters of the one-replica model load each exactly once."""
+    import time
+
+    _, parents = example_names()
+    api = client(endpoint)
+    for _ in range(4):
+        for adapter in sorted(parents):
+            api.completions.create(model=adapter, prompt="Hi", max_tokens=1)
+    deadline = time.monotonic() + 30  # Ray exports metrics every 2 s
+    while adapter_loads().keys() != parents.keys() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert adapter_loads() == {adapter: 1.0 for adapter in parents}
+
+
+def test_status_shows_each_models_app_and_engine(endpoint: str) -> None:
+    done = run_cli("status")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name in example_names()[0]:
+        at = lines.index(f"vllm-{name}: RUNNING")
+        assert any(line.strip().startswith("engine: ok") for line in lines[at:at + 4]), done.stdout

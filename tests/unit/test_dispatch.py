@@ -78,7 +78,8 @@ def dispatch(forwarded: list[Route] | None = None, refuse: bool = False,
             return None
         return APIError(f"{route.model} is busy", status=503, headers={"Retry-After": "1"})
 
-    return ModelDispatch(model_routes(adapters), "base", forward, refusal)
+    cards = [{"id": "base-lora", "parent": "base", "root": "/adapters/base-lora"}]
+    return ModelDispatch(model_routes(adapters), "base", forward, refusal, cards)
 
 
 def client(app: ModelDispatch) -> httpx.AsyncClient:
@@ -147,8 +148,12 @@ def test_models_lists_every_model_and_adapter_with_its_parent() -> None:
         async with client(dispatch()) as http:
             return (await http.get("/v1/models")).json()
 
-    cards = {card["id"]: card["parent"] for card in run(go())["data"]}
+    data = run(go())["data"]
+    cards = {card["id"]: card["parent"] for card in data}
     assert cards == {"base": None, "base-lora": "base", "other": None}
+    # the configured card (with its path) wins over the one a replica holding it lists
+    assert [card.get("root") for card in data if card["id"] == "base-lora"] == [
+        "/adapters/base-lora"]
 
 
 def test_health_reports_each_model() -> None:

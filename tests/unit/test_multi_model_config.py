@@ -96,3 +96,21 @@ def test_the_multi_model_example_ships_and_renders() -> None:
     assert all(path.startswith("demo:") for path in adapters.values())
     check_server_args(config)
     assert len(serve_config(config, "127.0.0.1")["applications"]) >= 3
+
+
+def test_behind_the_router_adapters_load_on_demand_not_at_start() -> None:
+    config = parse_config(two_models(adapters=[{"name": "sql", "path": "/adapters/sql"}],
+                                     max_adapters=3)).platform_of("small")
+    on_demand = server_options(config, "/models/tiny", preload_adapters=False)
+    assert "lora_modules" not in on_demand
+    assert on_demand["enable_lora"] and on_demand["max_loras"] == on_demand["max_cpu_loras"] == 3
+
+
+def test_up_names_every_model_and_adapter_clients_may_ask_for() -> None:
+    from serving import local
+
+    config = parse_config(two_models(adapters=[{"name": "sql", "path": "/adapters/sql"}]))
+    ep = local.endpoints(config)
+    assert ep.model == "small" and ep.served == ["small", "sql", "other"]
+    assert ep.api_url == "http://127.0.0.1:8000/v1"
+    assert local.endpoints(parse_config({})).served == ["default"]
