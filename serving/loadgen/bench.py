@@ -56,6 +56,7 @@ class BenchArgs:
     seed: int
     request_timeout: float
     stats_interval: float
+    model_mix: str | None = None
 
 
 def parse_targets(items: tuple[str, ...]) -> list[Target]:
@@ -114,6 +115,13 @@ def load_tokenizer(ref: str | None) -> workloads.Tokenizer | None:
 
 
 def build_requests(args: BenchArgs) -> list[workloads.RequestSpec]:
+    specs = prompt_requests(args)
+    if args.model_mix:
+        specs = workloads.assign_models(specs, workloads.parse_model_mix(args.model_mix), args.seed)
+    return specs
+
+
+def prompt_requests(args: BenchArgs) -> list[workloads.RequestSpec]:
     num, out_len = args.num_requests, args.output_len
     if args.prompts == "synthetic":
         tokenizer = load_tokenizer(args.tokenizer_ref)
@@ -182,6 +190,10 @@ def run_bench(args: BenchArgs) -> bool:
     names = [t.name for t in targets] + [PEER_NAMES[peer] for peer in dict.fromkeys(args.peers)]
     require.validate(reqs, names, [level.label for level in levels])  # fail before minutes of load
     specs = build_requests(args)
+    if args.model_mix and args.peers:
+        raise UsageError("--model-mix: peers serve one model; compare mixes across --target only")
+    for name in sorted({spec.model for spec in specs if spec.model}):
+        asyncio.run(check_targets(targets, name))
     model = asyncio.run(check_targets(targets, args.model))
     out = Path(args.output_dir or f"bench-results/{dt.datetime.now():%Y%m%d-%H%M%S}")
     with started_peers(args.peers, args.config_path, model, out) as peer_targets:

@@ -54,6 +54,9 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Platform config YAML the peer copies its engine arguments from.")
 @click.option("--model", help="Model name to request; default: the first target's first model.")
+@click.option("--model-mix", metavar="NAME=WEIGHT,...",
+              help="Spread requests over models and adapters by weight (e.g. base=2,lora-a=1); "
+              "the report breaks figures down per model.")
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
               show_default=True)
 @click.option("--scenario", type=click.Choice(["sweep", "poisson", "burst", "autoscale", "soak"]),

@@ -59,11 +59,12 @@ class RequestResult:
     latency: float = 0.0
     start_time: float = 0.0
     retry_after: str = ""  # the Retry-After header of a refusal (503/429)
+    model: str = ""  # the model requested
 
 
 def request_kwargs(opts: RequestOptions, spec: RequestSpec) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
-        "model": opts.model,
+        "model": spec.model or opts.model,
         "max_tokens": spec.output_len,
         "temperature": opts.temperature,
         "stream": True,
@@ -133,7 +134,7 @@ async def send_request(
     client: openai.AsyncOpenAI, opts: RequestOptions, spec: RequestSpec
 ) -> RequestResult:
     """Send one streaming request; failures are recorded by kind, never raised."""
-    result = RequestResult(start_time=time.perf_counter())
+    result = RequestResult(start_time=time.perf_counter(), model=spec.model or opts.model)
     try:
         async with asyncio.timeout(opts.timeout_s):  # bounds the whole stream, not one read
             stream = await _stream(client, opts, spec)

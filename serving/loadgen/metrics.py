@@ -127,6 +127,13 @@ def summarize(
     percentiles = list(percentiles)
     for name, values in latency_values(ok).items():
         summary.update(distribution(name, values, percentiles))
+    models = sorted({r.model for r in results})
+    if len(models) > 1:  # `--model-mix`: the same figures per model
+        summary["per_model"] = {
+            model: summarize([r for r in results if r.model == model], duration_s, slo,
+                             percentiles)
+            for model in models
+        }
     return summary
 
 

@@ -63,10 +63,32 @@ def ratio_lines(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def text_table(rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(COLUMNS, *rows)]
+MODEL_COLUMNS = ("level", "target", "model", "done", "failed", "out tok/s", "TTFT p50", "TPOT p50")
+
+
+def model_rows(document: dict[str, Any]) -> list[list[str]]:
+    """`--model-mix`: one row per level, target and model."""
+    rows = []
+    for level in document["levels"]:
+        for name, r in level["results"].items():
+            for model, m in r.get("per_model", {}).items():
+                rows.append([
+                    level["label"], name, model, str(m["completed"]), str(m["failed"]),
+                    f"{m['output_throughput']:.1f}", _ms(m["median_ttft_ms"]),
+                    _ms(m["median_tpot_ms"]),
+                ])
+    return rows
+
+
+def text_table(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(columns, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*row) for row in [list(COLUMNS), *rows])
+    return "\n".join(fmt.format(*row) for row in [list(columns), *rows])
+
+
+def markdown_table(rows: list[list[str]], columns: tuple[str, ...]) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
+    return head + "\n" + "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
 def shortfall_lines(document: dict[str, Any]) -> list[str]:
@@ -87,12 +109,12 @@ def shortfall_lines(document: dict[str, Any]) -> list[str]:
 def console_summary(document: dict[str, Any]) -> str:
     """The table the command prints: one row per level and target, then the ratios."""
     lines = [text_table(table_rows(document)), "(latencies in ms)"]
+    if model_rows(document):
+        lines += ["per model:", text_table(model_rows(document), MODEL_COLUMNS)]
     return "\n".join(lines + ratio_lines(document) + shortfall_lines(document))
 
 
 def markdown(document: dict[str, Any], checks: list[str]) -> str:
-    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
-    body = "\n".join("| " + " | ".join(row) + " |" for row in table_rows(document))
     targets = "\n".join(f"- `{t['name']}`: {t['base_url']}" for t in document["targets"])
     parts = [
         f"# Benchmark {document['date']}",
@@ -100,9 +122,11 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
         f"`{document['endpoint_type']}`, fixed output length: {document['fixed_output_length']}, "
         f"interleaved in up to {document['rounds']} rounds per level.",
         "Targets (the first is the subject of every ratio):\n" + targets,
-        head + "\n" + body,
+        markdown_table(table_rows(document), COLUMNS),
         "Latencies in ms. `batching` = the engine reported more than one running request at once "
         "(polled from the server during the run; `unknown` when the server does not say).",
+        *(["## Per model\n" + markdown_table(model_rows(document), MODEL_COLUMNS)]
+          if model_rows(document) else []),
         "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),
         *shortfall_lines(document),
     ]

@@ -46,6 +46,7 @@ class RequestSpec:
     prompt: str
     output_len: int
     input_len: int | None = None  # the generator's target; the server's usage count is reported
+    model: str | None = None  # `--model-mix`: the model this request asks for; None: `--model`
 
 
 @dataclass(frozen=True)
@@ -193,3 +194,28 @@ def jsonl_requests(path: str | Path, num: int, output_len: int) -> list[RequestS
     if not specs:
         raise WorkloadError(f"prompt file {path} has no prompts")
     return [specs[i % len(specs)] for i in range(num)]
+
+
+def parse_model_mix(text: str) -> dict[str, float]:
+    """`--model-mix a=3,b=1`: each model's share of the requests (weights, normalised)."""
+    mix: dict[str, float] = {}
+    for item in text.split(","):
+        name, sep, weight = item.strip().partition("=")
+        try:
+            value = float(weight) if sep else 1.0
+        except ValueError:
+            value = -1.0
+        if not name or value <= 0 or name in mix:
+            raise WorkloadError(f"--model-mix {text!r}: expected NAME=WEIGHT,... with distinct "
+                                "names and positive weights")
+        mix[name] = value
+    return mix
+
+
+def assign_models(specs: list[RequestSpec], mix: dict[str, float], seed: int) -> list[RequestSpec]:
+    """Each request gets a model drawn by weight, the same draw on every target and round."""
+    rng = np.random.default_rng(seed)
+    names = list(mix)
+    weights = np.array([mix[name] for name in names]) / sum(mix.values())
+    picks = rng.choice(len(names), size=len(specs), p=weights)
+    return [replace(spec, model=names[int(pick)]) for spec, pick in zip(specs, picks, strict=True)]

@@ -212,3 +212,17 @@ def test_status_shows_each_models_app_and_engine(endpoint: str) -> None:
     for name in example_names()[0]:
         at = lines.index(f"vllm-{name}: RUNNING")
         assert any(line.strip().startswith("engine: ok") for line in lines[at:at + 4]), done.stdout
+
+
+def test_the_load_generator_mixes_models_and_reports_each(endpoint: str, tmp_path: Path) -> None:
+    models, parents = example_names()
+    mix = ",".join(f"{name}=1" for name in [*models, *parents])
+    done = run_cli("bench", "--target", f"router={endpoint}", "--model-mix", mix,
+                   "--concurrency", "4", "--requests", "16", "--rounds", "1", "--input-len", "16",
+                   "--output-len", "4", "--output", str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["router"]
+    per_model = result["per_model"]
+    assert set(per_model) <= {*models, *parents} and len(per_model) >= 3
+    assert sum(m["completed"] for m in per_model.values()) == result["completed"] == 16
+    assert "## Per model" in (tmp_path / "summary.md").read_text()
