@@ -78,7 +78,6 @@ class VLLMServer:
             {adapter.name: adapter.path for adapter in self.config.vllm.adapters},
             self.config.vllm.max_adapters, self.metrics.record_adapter_load,
         )
-        self.load_adapter = self.adapters.load  # an attribute: Serve sees the replica multiplexes
         self.openai_app = wrap_vllm_app(
             vllm_app, self.engine, self.metrics, self.config.limits, key_ring(self.config.auth),
         )
