@@ -210,8 +210,9 @@ def status(as_json: bool) -> None:
     engines = {app: local.engine_health(url) for app, url in local.engine_health_urls(ep).items()}
     if "models" in engines.get("vllm", {}):  # the models endpoint: each model's app's health
         engines |= {f"vllm-{name}": h for name, h in engines.pop("vllm")["models"].items()}
+    caches = local.prefix_caches(ep.metrics_url)
     if as_json:
-        click.echo(json.dumps({"apps": apps, "engines": engines}, indent=2))
+        click.echo(json.dumps({"apps": apps, "engines": engines, "prefix_cache": caches}, indent=2))
         return
     for name, app in apps.items():
         click.echo(f"{name}: {app['status']}")
@@ -220,6 +221,11 @@ def status(as_json: bool) -> None:
             click.echo(f"  {dname}: {dep['status']} ({replicas})")
         if name in engines:
             click.echo(f"  engine: {format_engine(engines[name])}")
+    if caches:
+        click.echo("prefix cache (prompt tokens found / looked up, since each replica started):")
+    for row in caches:
+        click.echo(f"  {row['model']} replica {row['replica']}: {row['hit_rate']:.0%} of "
+                   f"{row['queries']:.0f}")
     click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}  metrics {ep.metrics_url}")
 
 

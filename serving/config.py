@@ -60,12 +60,13 @@ class AdapterConfig(StrictModel):
     )
 
 
-RoutingPolicy = Literal["power_of_two", "prefix_cache", "session"]
+RoutingPolicy = Literal["power_of_two", "prefix_cache", "session", "random"]
 # Serve request router of each policy (serving/routing.py says what each does).
 ROUTER_CLASSES: dict[str, str] = {
     "power_of_two": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",
     "prefix_cache": "serving.routing:PrefixAffinityRouter",
     "session": "serving.routing:SessionAffinityRouter",
+    "random": "serving.routing:RandomRouter",
 }
 
 
@@ -99,7 +100,8 @@ class VLLMReplicaSettings(ReplicaScaling):
         description="How requests through the `models` endpoint pick a replica of this model: "
         "power_of_two (the less loaded of two), prefix_cache (the replica whose KV cache likely "
         "holds the prompt's prefix, Ray's PrefixCacheAffinityRouter), session (one replica per "
-        "`x-session-id` header or OpenAI `user`).",
+        "`x-session-id` header or OpenAI `user`), random (any replica: a baseline for "
+        "measurements). power_of_two and session prefer a replica holding the request's adapter.",
     )
 
 

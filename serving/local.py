@@ -295,6 +295,23 @@ def engine_health_urls(ep: Endpoints) -> dict[str, str]:
     return urls
 
 
+def prefix_caches(metrics_url: str) -> list[dict[str, Any]]:
+    """Each vLLM replica's prefix-cache hit rate, from the node's Prometheus endpoint (Ray exports
+    every few seconds); [] while it has none or cannot be read."""
+    from serving.metrics import prefix_cache_by_replica
+
+    try:
+        text = httpx.get(metrics_url, timeout=5).text
+        rows = prefix_cache_by_replica(text)
+    except (httpx.HTTPError, ValueError):
+        return []
+    return [
+        {"model": model, "replica": replica, "queries": queries, "hits": hits,
+         "hit_rate": hits / queries}
+        for (model, replica), (queries, hits) in sorted(rows.items()) if queries
+    ]
+
+
 def engine_health(url: str) -> dict:
     try:
         return httpx.get(url, timeout=5).json()

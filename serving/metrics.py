@@ -1,7 +1,8 @@
 """Every platform metric, named once. Exported through Ray's metrics pipeline (`ray.util.metrics`),
 so they appear on each node's Prometheus endpoint (prefixed `ray_`) and in the Ray dashboard.
 
-Labels on all of them: `engine` (vllm | hf), `model`, `deployment`; requests also carry `status`."""
+Labels on all of them: `engine` (vllm | hf), `model`, `deployment`, `replica` (Serve's replica id);
+requests also carry `status`, adapter loads `adapter`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from serving.engines.base import EngineStats
 
-LABELS = ("engine", "model", "deployment")
+LABELS = ("engine", "model", "deployment", "replica")
 # Latency buckets in seconds: CPU decode steps are tens of ms, CPU prefill and queueing seconds.
 LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
 
@@ -33,6 +34,8 @@ PROMPT_TOKENS = "llm_serving_prompt_tokens_total"
 GENERATION_TOKENS = "llm_serving_generation_tokens_total"
 REQUESTS = "llm_serving_requests_total"
 ADAPTER_LOADS = "llm_serving_adapter_loads_total"
+PREFIX_CACHE_QUERIES = "llm_serving_prefix_cache_queries_total"
+PREFIX_CACHE_HITS = "llm_serving_prefix_cache_hits_total"
 
 DESCRIPTIONS = {
     QUEUE_DEPTH: "Requests waiting inside the engine, not yet scheduled (queue depth).",
@@ -45,6 +48,8 @@ DESCRIPTIONS = {
     GENERATION_TOKENS: "Tokens generated.",
     REQUESTS: "Finished HTTP requests by status code.",
     ADAPTER_LOADS: "LoRA adapters loaded into a replica's engine, by adapter (model multiplexing).",
+    PREFIX_CACHE_QUERIES: "Prompt tokens looked up in the engine's prefix cache.",
+    PREFIX_CACHE_HITS: "Prompt tokens found in the engine's prefix cache (hit rate: hits / queries).",
 }
 
 
@@ -53,9 +58,13 @@ class MetricLabels:
     engine: str
     model: str
     deployment: str
+    replica: str = ""
 
     def as_tags(self) -> dict[str, str]:
-        return {"engine": self.engine, "model": self.model, "deployment": self.deployment}
+        return {
+            "engine": self.engine, "model": self.model, "deployment": self.deployment,
+            "replica": self.replica,
+        }
 
 
 class BackgroundRecorder:
@@ -129,6 +138,8 @@ class PlatformMetrics:
         self.generation_tokens = counter(GENERATION_TOKENS)
         self.requests = counter(REQUESTS, ("status",))
         self.adapter_loads = counter(ADAPTER_LOADS, ("adapter",))
+        self.prefix_cache_queries = counter(PREFIX_CACHE_QUERIES)
+        self.prefix_cache_hits = counter(PREFIX_CACHE_HITS)
         self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
         self.recorder = BackgroundRecorder()
 
@@ -142,6 +153,11 @@ class PlatformMetrics:
 
     def record_adapter_load(self, adapter: str) -> None:
         self.recorder.submit(self.adapter_loads.inc, 1, {"adapter": adapter})
+
+    def record_prefix_cache(self, queries: int, hits: int) -> None:
+        self.recorder.submit(self.prefix_cache_queries.inc, queries)
+        if hits:
+            self.recorder.submit(self.prefix_cache_hits.inc, hits)
 
     def record_request(self, prompt_tokens: int, output_tokens: int, e2e_s: float) -> None:
         if prompt_tokens:
@@ -162,6 +178,29 @@ class PlatformMetrics:
 
     def record_inter_token(self, gap_s: float) -> None:
         self.recorder.submit(self.itl.observe, gap_s)
+
+
+def counter_values(text: str, name: str, labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """A counter from a Prometheus text page (Ray's node endpoint prefixes `ray_`), summed by
+    `labels`: e.g. prefix-cache hits by (model, replica) for `llm-serving status`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {f"ray_{name}", name}
+    sums: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                key = tuple(sample.labels.get(label, "") for label in labels)
+                sums[key] = sums.get(key, 0.0) + sample.value
+    return sums
+
+
+def prefix_cache_by_replica(text: str) -> dict[tuple[str, ...], tuple[float, float]]:
+    """(model, replica) -> (prompt tokens looked up, tokens found) in the prefix cache."""
+    labels = ("model", "replica")
+    queries = counter_values(text, PREFIX_CACHE_QUERIES, labels)
+    hits = counter_values(text, PREFIX_CACHE_HITS, labels)
+    return {key: (value, hits.get(key, 0.0)) for key, value in queries.items()}
 
 
 async def publish_engine_stats(

@@ -7,7 +7,9 @@ serving/config.py), which sees the `RoutingHint` the router passes with every re
   longest prefix with this one (its KV cache likely holds it) while loads stay balanced.
 - session: every request of a session (`x-session-id` header, else the OpenAI `user` field) to
   the same replica, by rendezvous hashing, so a conversation's history stays in one KV cache;
-  the next-ranked replica takes it when that one is full. No session: power of two choices."""
+  the next-ranked replica takes it when that one is full. No session: power of two choices.
+- random: any replica, uniformly, blind to load, adapters and caches: the baseline the others
+  are measured against."""
 
 from __future__ import annotations
 
@@ -89,3 +91,11 @@ class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             by_id = {r.replica_id: r for r in candidate_replicas}
             candidates = [by_id[rid] for rid in holders if rid in by_id] or candidate_replicas
         return [random.sample(candidates, min(2, len(candidates)))]
+
+
+class RandomRouter(RequestRouter):
+    """Any replica, uniformly (the next ones in random order when it is full)."""
+
+    async def choose_replicas(self, candidate_replicas: list[Any],
+                              pending_request: Any = None) -> list[list[Any]]:
+        return [[replica] for replica in random.sample(candidate_replicas, len(candidate_replicas))]

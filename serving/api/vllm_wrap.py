@@ -196,6 +196,7 @@ def health_body(engine: Any, metrics: PlatformMetrics | None) -> dict[str, Any]:
         "waiting": stats.waiting,
         "kv_cache_usage": stats.kv_cache_usage,
         "aborted_total": stats.aborted_total,
+        "prefix_cache_hit_rate": stats.prefix_cache_hit_rate,
         "ttft_p50_ms_1m": metrics.ttft_p50_ms() if metrics else None,
         "startup_s": engine.startup_timings,
     }

@@ -32,7 +32,8 @@ class HFBaseline:
             use_all_cpu_cores()  # Ray would hold torch to one thread
         # Loading takes seconds; off the loop so the replica's event loop stays responsive.
         self.engine = await asyncio.to_thread(HFEngine.load, self.config, model_dir)
-        self.metrics = PlatformMetrics(MetricLabels("hf", self.config.model.name, "HFBaseline"))
+        replica = serve.get_replica_context().replica_id.unique_id
+        self.metrics = PlatformMetrics(MetricLabels("hf", self.config.model.name, "HFBaseline", replica))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def __serve_build_asgi_app__(self) -> FastAPI:

@@ -68,7 +68,9 @@ class VLLMServer:
         model_dir = resolve_model(platform.model.ref, platform.model.cache_dir)
         self.config = with_adapter_dirs(platform, model_dir)
         resolved = time.perf_counter()
-        self.metrics = PlatformMetrics(MetricLabels("vllm", self.config.model.name, "VLLMServer"))
+        self.metrics = PlatformMetrics(MetricLabels(
+            "vllm", self.config.model.name, "VLLMServer", self.replica_id
+        ))
         # Behind the model router adapters load when a request names one (Serve multiplexing).
         self.engine = VLLMEngine.start(self.config, model_dir, self.metrics,
                                        preload_adapters=not behind_router)

@@ -66,6 +66,12 @@ class EngineStats:
     waiting: int  # requests queued inside the engine, not yet scheduled
     kv_cache_usage: float = 0.0  # share of the KV cache in use, 0..1
     aborted_total: int = 0  # requests stopped before they finished (client gone, cancelled)
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache, since start
+    prefix_cache_hits: int = 0  # of those, tokens found there
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else None
 
 
 @runtime_checkable

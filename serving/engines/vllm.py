@@ -72,6 +72,8 @@ class SchedulerSnapshot:
     waiting: int = 0
     kv_cache_usage: float = 0.0
     aborted_total: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
 
 
 def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | None):
@@ -91,6 +93,7 @@ def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | 
                     scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
                 )
                 snapshot.kv_cache_usage = scheduler_stats.kv_cache_usage
+                record_prefix_cache(snapshot, metrics, scheduler_stats.prefix_cache_stats)
             if iteration_stats is not None and metrics is not None:
                 record_iteration(metrics, iteration_stats)
 
@@ -98,6 +101,17 @@ def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | 
             pass
 
     return PlatformStatsLogger
+
+
+def record_prefix_cache(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | None,
+                        stats: Any) -> None:
+    """Each step's prefix-cache lookups (prompt tokens) and hits, summed since start."""
+    if stats is None or not stats.queries:
+        return
+    snapshot.prefix_cache_queries += stats.queries
+    snapshot.prefix_cache_hits += stats.hits
+    if metrics is not None:
+        metrics.record_prefix_cache(stats.queries, stats.hits)
 
 
 def count_aborts(llm: Any, snapshot: SchedulerSnapshot) -> None:
@@ -183,14 +197,19 @@ class VLLMEngine:
 
     def stats(self) -> EngineStats:
         in_flight = self.llm.output_processor.get_num_unfinished_requests()
-        if in_flight == 0:  # the engine core reports no stats while idle: nothing is left
-            return EngineStats(running=0, waiting=0, aborted_total=self._snapshot.aborted_total)
         snap = self._snapshot
+        totals = {
+            "aborted_total": snap.aborted_total,
+            "prefix_cache_queries": snap.prefix_cache_queries,
+            "prefix_cache_hits": snap.prefix_cache_hits,
+        }
+        if in_flight == 0:  # the engine core reports no stats while idle: nothing is left
+            return EngineStats(running=0, waiting=0, **totals)
         return EngineStats(
             running=min(snap.running, in_flight),
             waiting=min(snap.waiting, in_flight),
             kv_cache_usage=snap.kv_cache_usage,
-            aborted_total=snap.aborted_total,
+            **totals,
         )
 
     async def check_health(self) -> None:

@@ -9,7 +9,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,20 @@ class BenchArgs:
     request_timeout: float
     stats_interval: float
     model_mix: str | None = None
+    turns: int = 5
+    prefix_len: int = 512
 
 
 def parse_targets(items: tuple[str, ...]) -> list[Target]:
+    """`NAME=URL` or `NAME=URL#MODEL` (that model on that target: two models behind one endpoint
+    compared side by side)."""
     targets = []
     for item in items:
-        name, sep, url = item.partition("=")
+        name, sep, rest = item.partition("=")
+        url, _, model = rest.partition("#")
         if not sep or not TARGET_NAME.match(name) or not url.startswith(("http://", "https://")):
-            raise UsageError(f"--target {item!r}: expected NAME=http://HOST:PORT/v1")
-        targets.append(Target(name, url.rstrip("/")))
+            raise UsageError(f"--target {item!r}: expected NAME=http://HOST:PORT/v1[#MODEL]")
+        targets.append(Target(name, url.rstrip("/"), model or None))
     if len({t.name for t in targets}) != len(targets):
         raise UsageError("--target names must differ")
     return targets
@@ -130,18 +135,29 @@ def prompt_requests(args: BenchArgs) -> list[workloads.RequestSpec]:
         )
     if args.prompts == "seed":
         return workloads.seed_requests(num, out_len)
+    if args.prompts in ("multi-turn", "shared-prefix"):
+        tokenizer = load_tokenizer(args.tokenizer_ref)
+        if args.prompts == "multi-turn":
+            return workloads.multi_turn_requests(
+                num, args.turns, args.input_len, out_len, args.seed, tokenizer
+            )
+        return workloads.shared_prefix_requests(
+            num, args.prefix_len, args.input_len, out_len, args.seed, tokenizer
+        )
     return workloads.jsonl_requests(args.prompts, num, out_len)
 
 
 async def check_targets(targets: list[Target], model: str | None) -> str | None:
-    """Every target answers /models and serves the model; returns the model name to request."""
+    """Every target answers /models and serves the model (its own, when it names one); returns
+    the model name to request."""
     served = {t.name: await served_models(t) for t in targets}
     if targets and model is None:
-        model = served[targets[0].name][0]
+        model = targets[0].model or served[targets[0].name][0]
     for target in targets:
-        if model not in served[target.name]:
+        wanted = target.model or model
+        if wanted not in served[target.name]:
             raise TargetError(
-                f"target {target.name} does not serve model {model!r} (it serves {served[target.name]})"
+                f"target {target.name} does not serve model {wanted!r} (it serves {served[target.name]})"
             )
     return model
 
@@ -193,7 +209,7 @@ def run_bench(args: BenchArgs) -> bool:
     if args.model_mix and args.peers:
         raise UsageError("--model-mix: peers serve one model; compare mixes across --target only")
     for name in sorted({spec.model for spec in specs if spec.model}):
-        asyncio.run(check_targets(targets, name))
+        asyncio.run(check_targets([replace(t, model=None) for t in targets], name))
     model = asyncio.run(check_targets(targets, args.model))
     out = Path(args.output_dir or f"bench-results/{dt.datetime.now():%Y%m%d-%H%M%S}")
     with started_peers(args.peers, args.config_path, model, out) as peer_targets:

@@ -44,9 +44,10 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.command()
-@click.option("--target", "target_items", multiple=True, metavar="NAME=URL",
+@click.option("--target", "target_items", multiple=True, metavar="NAME=URL[#MODEL]",
               help="An OpenAI base URL to load, e.g. vllm=http://127.0.0.1:8000/v1 (repeatable; "
-              "the first is the subject of every ratio). Default: the local platform.")
+              "the first is the subject of every ratio); #MODEL asks that target for MODEL (two "
+              "models of one endpoint side by side). Default: the local platform.")
 @click.option("--peer", "peers", multiple=True, type=click.Choice(["vllm", "ray-serve-llm"]),
               help="Also start a peer on loopback and compare (same model and engine arguments as "
               "--config): vllm = plain vLLM's OpenAI server; ray-serve-llm = Ray Serve's LLM app, "
@@ -83,7 +84,14 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
               show_default=True,
               help="Gamma shape of inter-arrival times: 1 Poisson, <1 burstier, >1 more even.")
 @click.option("--prompts", default="synthetic", show_default=True,
-              help="synthetic, seed (the seed's questions) or a JSONL file of {\"prompt\": ...}.")
+              help="synthetic, seed (the seed's questions), multi-turn (conversations resending "
+              "their history, --turns each, turns in order; --input-len per question), "
+              "shared-prefix (one --prefix-len system prompt, then --input-len distinct), or a "
+              "JSONL file of {\"prompt\": ...}.")
+@click.option("--turns", type=click.IntRange(min=1), default=5, show_default=True,
+              help="multi-turn: turns per conversation (--requests in all).")
+@click.option("--prefix-len", type=click.IntRange(min=1), default=512, show_default=True,
+              help="shared-prefix: tokens of the shared system prompt.")
 @click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--range-ratio", type=float, default=0.0, show_default=True,

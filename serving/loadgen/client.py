@@ -17,6 +17,7 @@ import openai
 from serving.loadgen.workloads import LoadLevel, RequestSpec
 
 NOT_STARTED = "not_started"
+REPLICA_HEADER = "x-llm-serving-replica"
 
 
 class TargetError(RuntimeError):
@@ -27,6 +28,7 @@ class TargetError(RuntimeError):
 class Target:
     name: str
     base_url: str  # an OpenAI base URL, e.g. http://127.0.0.1:8000/v1
+    model: str | None = None  # the model asked for on this target; None: the run's model
 
     @property
     def origin(self) -> str:
@@ -60,6 +62,8 @@ class RequestResult:
     start_time: float = 0.0
     retry_after: str = ""  # the Retry-After header of a refusal (503/429)
     model: str = ""  # the model requested
+    cached_tokens: int | None = None  # prompt tokens the server's prefix cache held (usage)
+    replica: str = ""  # the replica that answered (the platform's x-llm-serving-replica header)
 
 
 def request_kwargs(opts: RequestOptions, spec: RequestSpec) -> dict[str, Any]:
@@ -72,8 +76,10 @@ def request_kwargs(opts: RequestOptions, spec: RequestSpec) -> dict[str, Any]:
     }
     if opts.fixed_length:
         kwargs["extra_body"] = {"ignore_eos": True, "min_tokens": spec.output_len}
+    if spec.session is not None:
+        kwargs["user"] = spec.session
     if opts.endpoint == "chat":
-        kwargs["messages"] = [{"role": "user", "content": spec.prompt}]
+        kwargs["messages"] = list(spec.messages or ({"role": "user", "content": spec.prompt},))
     else:
         kwargs["prompt"] = spec.prompt
     return kwargs
@@ -103,6 +109,8 @@ async def _consume(stream: Any, result: RequestResult) -> None:
         if chunk.usage is not None:
             result.prompt_len = chunk.usage.prompt_tokens
             result.output_tokens = chunk.usage.completion_tokens
+            details = chunk.usage.prompt_tokens_details
+            result.cached_tokens = details.cached_tokens if details else None
         if not chunk_text(chunk):
             continue
         if chunks == 0:
@@ -138,6 +146,7 @@ async def send_request(
     try:
         async with asyncio.timeout(opts.timeout_s):  # bounds the whole stream, not one read
             stream = await _stream(client, opts, spec)
+            result.replica = stream.response.headers.get(REPLICA_HEADER, "")
             async with stream:  # closes the connection on a timeout or a broken stream too
                 await _consume(stream, result)
     except openai.APIStatusError as err:
@@ -178,6 +187,16 @@ async def _paced(
     return result
 
 
+def conversations(specs: list[RequestSpec], offsets: tuple[float, ...]) -> list[list[int]]:
+    """Indices of the requests in send order: a conversation's turns form one chain (each turn
+    after the last answer); every other request is a chain of its own."""
+    chains: dict[object, list[int]] = {}
+    for index, spec in enumerate(specs[: len(offsets)]):
+        key = ("conversation", spec.conversation) if spec.conversation is not None else index
+        chains.setdefault(key, []).append(index)
+    return list(chains.values())
+
+
 async def run_level(
     client: openai.AsyncOpenAI,
     opts: RequestOptions,
@@ -187,15 +206,21 @@ async def run_level(
     on_done: Callable[[], None] = lambda: None,
 ) -> ChunkRun:
     """Send `level.num_requests` requests (closed loop under a concurrency cap, or at the level's
-    arrival offsets); none starts after `max_duration_s`, each is bounded by the request timeout."""
+    arrival offsets; a conversation's turns one after another); none starts after
+    `max_duration_s`, each is bounded by the request timeout."""
     gate = asyncio.Semaphore(level.concurrency) if level.concurrency else None
     offsets = level.arrivals or (0.0,) * level.num_requests
     t0 = time.perf_counter()
     deadline = t0 + max_duration_s
-    results = await asyncio.gather(*(
-        _paced(client, opts, spec, offset, t0, deadline, gate, on_done)
-        for spec, offset in zip(specs[: level.num_requests], offsets)
-    ))
+    results: list[RequestResult] = [RequestResult(status=NOT_STARTED)] * min(len(specs), len(offsets))
+
+    async def chain(indices: list[int]) -> None:
+        for index in indices:
+            results[index] = await _paced(
+                client, opts, specs[index], offsets[index], t0, deadline, gate, on_done
+            )
+
+    await asyncio.gather(*(chain(indices) for indices in conversations(specs, offsets)))
     started = [r for r in results if r.status != NOT_STARTED]
     end = max((r.start_time + r.latency for r in started), default=t0)
     return ChunkRun(list(results), max(end - t0, 1e-9))

@@ -46,6 +46,7 @@ class TargetConn:
     client: openai.AsyncOpenAI
     source: server_stats.StatsSource | None
     poll_http: httpx.AsyncClient
+    opts: RequestOptions  # the plan's, asking for the target's own model when it names one
 
     async def close(self) -> None:
         await self.client.close()
@@ -83,7 +84,7 @@ async def run_chunk(
     poller = server_stats.Poller(conn.source, conn.poll_http, plan.stats_interval_s)
     poller.start()
     try:
-        chunk_run = await run_level(conn.client, plan.opts, chunk, specs, cap_s, on_done)
+        chunk_run = await run_level(conn.client, conn.opts, chunk, specs, cap_s, on_done)
     finally:
         await poller.stop()
     run.samples += server_stats.shifted(poller.samples, run.duration)  # one timeline per level
@@ -143,14 +144,18 @@ def plan_header(plan: BenchPlan) -> dict[str, Any]:
         "rounds": plan.rounds,
         "slo_ms": plan.slo or None,
         "subject": plan.targets[0].name,
-        "targets": [{"name": t.name, "base_url": t.base_url} for t in plan.targets],
+        "targets": [
+            {"name": t.name, "base_url": t.base_url, "model": t.model or plan.opts.model}
+            for t in plan.targets
+        ],
     }
 
 
 async def connect(plan: BenchPlan, target: Target) -> TargetConn:
     source = await server_stats.detect_source(target.origin)
     poll_http = httpx.AsyncClient(timeout=max(1.0, plan.stats_interval_s * 20))
-    return TargetConn(make_client(target, plan.opts), source, poll_http)
+    opts = replace(plan.opts, model=target.model) if target.model else plan.opts
+    return TargetConn(make_client(target, opts), source, poll_http, opts)
 
 
 async def warm_up(plan: BenchPlan, conns: dict[str, TargetConn]) -> None:
@@ -158,7 +163,7 @@ async def warm_up(plan: BenchPlan, conns: dict[str, TargetConn]) -> None:
     lazy imports on either side must not land in the first level's TTFT."""
     spec = plan.specs[0]
     for conn in conns.values():
-        await send_request(conn.client, plan.opts, replace(spec, output_len=min(spec.output_len, 4)))
+        await send_request(conn.client, conn.opts, replace(spec, output_len=min(spec.output_len, 4)))
         if conn.source is not None:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 await conn.source.read(conn.poll_http)

@@ -127,6 +127,13 @@ def summarize(
     percentiles = list(percentiles)
     for name, values in latency_values(ok).items():
         summary.update(distribution(name, values, percentiles))
+    summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(ok)
+    replicas = sorted({r.replica for r in ok if r.replica})
+    if replicas:  # the platform names the replica that answered each request
+        summary["per_replica"] = {
+            replica: replica_summary([r for r in ok if r.replica == replica])
+            for replica in replicas
+        }
     models = sorted({r.model for r in results})
     if len(models) > 1:  # `--model-mix`: the same figures per model
         summary["per_model"] = {
@@ -135,6 +142,23 @@ def summarize(
             for model in models
         }
     return summary
+
+
+def prefix_cache_hit_rate(ok: list[RequestResult]) -> float | None:
+    """Share of prompt tokens the server found in its prefix cache (`usage.prompt_tokens_details.
+    cached_tokens`; vLLM reports it with --enable-prompt-tokens-details); None when not reported."""
+    reported = [r for r in ok if r.cached_tokens is not None]
+    prompt = sum(r.prompt_len for r in reported)
+    return sum(r.cached_tokens or 0 for r in reported) / prompt if prompt else None
+
+
+def replica_summary(ok: list[RequestResult]) -> dict[str, Any]:
+    return {
+        "completed": len(ok),
+        "models": sorted({r.model for r in ok}),
+        "prefix_cache_hit_rate": prefix_cache_hit_rate(ok),
+        "median_ttft_ms": percentile([r.ttft * 1000 for r in ok], 50),
+    }
 
 
 def raw_fields(results: list[RequestResult]) -> dict[str, list[Any]]:

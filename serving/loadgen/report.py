@@ -13,7 +13,7 @@ from serving.loadgen.compare import BenchOutcome
 
 COLUMNS = (
     "level", "target", "done", "failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99",
-    "TPOT p50", "ITL p50", "E2E p50", "max running", "batching",
+    "TPOT p50", "ITL p50", "E2E p50", "max running", "batching", "cache hit",
 )
 RATIO_FIELDS = (
     ("output_throughput_ratio", "output throughput", "x{:.2f}"),
@@ -26,6 +26,10 @@ HEADER_KEYS = ("date", "backend", "endpoint_type", "model_id", "scenario")
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _batching(server: dict[str, Any]) -> str:
@@ -45,7 +49,7 @@ def table_rows(document: dict[str, Any]) -> list[list[str]]:
                 _ms(r["median_ttft_ms"]), _ms(r["p99_ttft_ms"]), _ms(r["median_tpot_ms"]),
                 _ms(r["median_itl_ms"]), _ms(r["median_e2el_ms"]),
                 "-" if server["max_running"] is None else str(server["max_running"]),
-                _batching(server),
+                _batching(server), _share(r.get("prefix_cache_hit_rate")),
             ])
     return rows
 
@@ -63,7 +67,10 @@ def ratio_lines(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-MODEL_COLUMNS = ("level", "target", "model", "done", "failed", "out tok/s", "TTFT p50", "TPOT p50")
+MODEL_COLUMNS = (
+    "level", "target", "model", "done", "failed", "out tok/s", "TTFT p50", "TPOT p50", "cache hit",
+)
+REPLICA_COLUMNS = ("level", "target", "replica", "models", "done", "TTFT p50", "cache hit")
 
 
 def model_rows(document: dict[str, Any]) -> list[list[str]]:
@@ -75,7 +82,20 @@ def model_rows(document: dict[str, Any]) -> list[list[str]]:
                 rows.append([
                     level["label"], name, model, str(m["completed"]), str(m["failed"]),
                     f"{m['output_throughput']:.1f}", _ms(m["median_ttft_ms"]),
-                    _ms(m["median_tpot_ms"]),
+                    _ms(m["median_tpot_ms"]), _share(m.get("prefix_cache_hit_rate")),
+                ])
+    return rows
+
+
+def replica_rows(document: dict[str, Any]) -> list[list[str]]:
+    """One row per replica that answered (the platform names it on each response)."""
+    rows = []
+    for level in document["levels"]:
+        for name, r in level["results"].items():
+            for replica, m in r.get("per_replica", {}).items():
+                rows.append([
+                    level["label"], name, replica, ",".join(m["models"]), str(m["completed"]),
+                    _ms(m["median_ttft_ms"]), _share(m["prefix_cache_hit_rate"]),
                 ])
     return rows
 
@@ -111,6 +131,8 @@ def console_summary(document: dict[str, Any]) -> str:
     lines = [text_table(table_rows(document)), "(latencies in ms)"]
     if model_rows(document):
         lines += ["per model:", text_table(model_rows(document), MODEL_COLUMNS)]
+    if len(replica_rows(document)) > 1:
+        lines += ["per replica:", text_table(replica_rows(document), REPLICA_COLUMNS)]
     return "\n".join(lines + ratio_lines(document) + shortfall_lines(document))
 
 
@@ -127,6 +149,10 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
         "(polled from the server during the run; `unknown` when the server does not say).",
         *(["## Per model\n" + markdown_table(model_rows(document), MODEL_COLUMNS)]
           if model_rows(document) else []),
+        *(["## Per replica\n" + markdown_table(replica_rows(document), REPLICA_COLUMNS)]
+          if replica_rows(document) else []),
+        "`cache hit`: share of prompt tokens served from the prefix cache (the server's "
+        "`usage.prompt_tokens_details.cached_tokens`; `-` when it does not report them).",
         "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),
         *shortfall_lines(document),
     ]

@@ -47,6 +47,11 @@ class RequestSpec:
     output_len: int
     input_len: int | None = None  # the generator's target; the server's usage count is reported
     model: str | None = None  # `--model-mix`: the model this request asks for; None: `--model`
+    # Chat workloads: the messages sent to /chat/completions (`prompt` is their text, for
+    # /completions); a conversation's turns go out one after another, each after the last answer.
+    messages: tuple[dict[str, str], ...] | None = None
+    conversation: int | None = None
+    session: str | None = None  # sent as the OpenAI `user` field (session routing reads it)
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,58 @@ def synthetic_requests(
     return specs
 
 
+def messages_text(messages: tuple[dict[str, str], ...]) -> str:
+    """A chat's text for /completions: the turns one after another, as a template would."""
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def chat_request(messages: list[dict[str, str]], output_len: int, input_len: int | None = None,
+                 conversation: int | None = None) -> RequestSpec:
+    session = None if conversation is None else f"conversation-{conversation}"
+    turns = tuple(messages)
+    return RequestSpec(messages_text(turns), output_len, input_len, messages=turns,
+                       conversation=conversation, session=session)
+
+
+def multi_turn_requests(
+    num: int, turns: int, input_len: int, output_len: int, seed: int,
+    tokenizer: Tokenizer | None = None,
+) -> list[RequestSpec]:
+    """Conversations of `turns` turns (ceil(num / turns) of them, `num` requests in all): each
+    turn resends the whole history, as chat clients do, with a fixed stand-in for the model's
+    earlier answers (so every target gets the same prompts), and asks a new `input_len`-token
+    question. Turn k+1 of a conversation goes out after turn k's answer."""
+    if turns < 1 or input_len < 1 or output_len < 1:
+        raise WorkloadError("turns, input and output lengths must be at least 1")
+    rng = np.random.default_rng(seed)
+    specs: list[RequestSpec] = []
+    for conversation in range(math.ceil(num / turns)):
+        history: list[dict[str, str]] = []
+        for _ in range(turns):
+            question = synthetic_text(rng, input_len, tokenizer)
+            history.append({"role": "user", "content": question})
+            specs.append(chat_request(history, output_len, None, conversation))
+            history.append({"role": "assistant", "content": synthetic_text(rng, output_len, tokenizer)})
+    return specs[:num]
+
+
+def shared_prefix_requests(
+    num: int, prefix_len: int, input_len: int, output_len: int, seed: int,
+    tokenizer: Tokenizer | None = None,
+) -> list[RequestSpec]:
+    """One `prefix_len`-token system prompt shared by every request, then a distinct
+    `input_len`-token question: the case prefix caching (and routing to it) exists for."""
+    if prefix_len < 1 or input_len < 1 or output_len < 1:
+        raise WorkloadError("prefix, input and output lengths must be at least 1")
+    rng = np.random.default_rng(seed)
+    system = {"role": "system", "content": synthetic_text(rng, prefix_len, tokenizer)}
+    return [
+        chat_request([system, {"role": "user", "content": synthetic_text(rng, input_len, tokenizer)}],
+                     output_len, prefix_len + input_len)
+        for _ in range(num)
+    ]
+
+
 def seed_requests(num: int, output_len: int) -> list[RequestSpec]:
     return [RequestSpec(SEED_PROMPTS[i % len(SEED_PROMPTS)], output_len) for i in range(num)]
 
@@ -213,9 +270,14 @@ def parse_model_mix(text: str) -> dict[str, float]:
 
 
 def assign_models(specs: list[RequestSpec], mix: dict[str, float], seed: int) -> list[RequestSpec]:
-    """Each request gets a model drawn by weight, the same draw on every target and round."""
+    """Each request gets a model drawn by weight, the same draw on every target and round; a
+    conversation's turns all go to its first turn's model."""
     rng = np.random.default_rng(seed)
     names = list(mix)
     weights = np.array([mix[name] for name in names]) / sum(mix.values())
     picks = rng.choice(len(names), size=len(specs), p=weights)
+    first: dict[int, int] = {}
+    for index, spec in enumerate(specs):
+        if spec.conversation is not None:
+            picks[index] = first.setdefault(spec.conversation, int(picks[index]))
     return [replace(spec, model=names[int(pick)]) for spec, pick in zip(specs, picks, strict=True)]

@@ -11,6 +11,7 @@ from serving.config import parse_config
 from serving.k8s import serve_config
 from serving.routing import (
     PrefixAffinityRouter,
+    RandomRouter,
     RoutingHint,
     SessionAffinityRouter,
     rendezvous_rank,
@@ -70,3 +71,10 @@ def test_the_prefix_router_takes_a_request_without_text() -> None:
         assert router._extract_text_from_request(request)
     request = SimpleNamespace(args=[{}, b"", RoutingHint([{"role": "user", "content": "hi"}])])
     assert router._extract_text_from_request(request) == "hi"
+
+
+def test_random_policy_offers_every_replica_once() -> None:
+    router = RandomRouter.__new__(RandomRouter)  # no Serve state needed here
+    ranks = asyncio.run(router.choose_replicas(replicas(4)))
+    assert all(len(rank) == 1 for rank in ranks)
+    assert sorted(rank[0].replica_id.unique_id for rank in ranks) == ["r0", "r1", "r2", "r3"]

@@ -1,0 +1,55 @@
+"""Prefix-cache hit rates: vLLM's per-step lookups summed in the engine snapshot, and read back
+per replica from a Prometheus page for `llm-serving status`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from serving.engines.base import EngineStats
+from serving.engines.vllm import SchedulerSnapshot, record_prefix_cache
+from serving.metrics import prefix_cache_by_replica
+
+PAGE = """\
+# HELP ray_llm_serving_prefix_cache_queries_total Prompt tokens looked up.
+# TYPE ray_llm_serving_prefix_cache_queries_total counter
+ray_llm_serving_prefix_cache_queries_total{model="a",replica="r1",engine="vllm"} 1000.0
+ray_llm_serving_prefix_cache_queries_total{model="a",replica="r2",engine="vllm"} 400.0
+# HELP ray_llm_serving_prefix_cache_hits_total Prompt tokens found.
+# TYPE ray_llm_serving_prefix_cache_hits_total counter
+ray_llm_serving_prefix_cache_hits_total{model="a",replica="r1",engine="vllm"} 750.0
+"""
+
+
+@dataclass
+class Step:
+    queries: int
+    hits: int
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def record_prefix_cache(self, queries: int, hits: int) -> None:
+        self.calls.append((queries, hits))
+
+
+def test_steps_add_up_and_empty_steps_are_skipped() -> None:
+    snapshot, metrics = SchedulerSnapshot(), Recorded()
+    for step in (Step(100, 0), Step(0, 0), Step(120, 96), None):
+        record_prefix_cache(snapshot, metrics, step)  # type: ignore[arg-type]  # a stand-in PlatformMetrics
+    assert (snapshot.prefix_cache_queries, snapshot.prefix_cache_hits) == (220, 96)
+    assert metrics.calls == [(100, 0), (120, 96)]
+
+
+def test_hit_rate_of_engine_stats() -> None:
+    assert EngineStats(0, 0, prefix_cache_queries=200, prefix_cache_hits=50).prefix_cache_hit_rate == 0.25
+    assert EngineStats(0, 0).prefix_cache_hit_rate is None
+
+
+def test_hit_rates_per_replica_from_a_prometheus_page() -> None:
+    rows = prefix_cache_by_replica(PAGE)
+    assert rows[("a", "r1")] == (1000.0, 750.0)
+    assert rows[("a", "r2")] == pytest.approx((400.0, 0.0))
