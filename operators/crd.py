@@ -94,6 +94,8 @@ def printer_columns() -> list[dict[str, Any]]:
             "type": "string",
             "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
         },
+        # Multi-model services only: models RUNNING / models (empty for one model).
+        {"name": "Models", "type": "string", "jsonPath": ".status.modelsReady"},
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.observedReplicas"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.queueDepth"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -45,8 +45,10 @@ PREFETCH_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "1", "memory": "4Gi"},
     "limits": {"cpu": "1", "memory": "4Gi"},
 }
+# Every model reference an app serves is an argument (serving.k8s.served_model_refs).
 PREFETCH_SCRIPT = (
-    "import sys; from serving.models import resolve_model; print(resolve_model(sys.argv[1]))"
+    "import sys; from serving.models import resolve_model; "
+    "print(*(resolve_model(ref) for ref in sys.argv[1:]))"
 )
 
 PROBE_TIMINGS: dict[str, dict[str, int]] = {

@@ -119,7 +119,8 @@ def follow(
     if body["metadata"]["uid"] not in kube.owner_uids(rayservice):
         return  # another object's RayService: the RayServiceConflict condition stays
     unknown = status.PlatformLoad(None, None)  # metrics unreachable: say so, keep no stale numbers
-    load = status.read_load(status.metrics_url(name, namespace), fetch_text) or unknown
+    apps = status.vllm_apps(spec.platform)
+    load = status.read_load(status.metrics_url(name, namespace), fetch_text, apps) or unknown
     old = dict(body.get("status") or {})
     new = status.observed_status(
         name,

@@ -24,7 +24,7 @@ import yaml
 from operators import defaults as d
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, parse_spec
 from serving.config import API_KEYS_ENV, PlatformConfig, ray_env
-from serving.k8s import serve_config_v2
+from serving.k8s import gpu_replica_cpus, serve_config_v2, served_model_refs, vllm_deployments
 
 MANAGED_BY = "llm-serving-operator"
 INSTANCE_LABEL = f"{GROUP}/llmservice"
@@ -167,12 +167,13 @@ def ray_container(spec: LLMServiceSpec, role: str, resources: Doc) -> Doc:
 
 
 def prefetch_container(spec: LLMServiceSpec) -> Doc:
-    """Downloads (or builds) the model before Ray starts on a worker; a cached model is found."""
+    """Downloads (or builds) every served model before Ray starts on a worker; a cached model is
+    found. Demo adapters are built by each replica as it starts (into the same cache)."""
     return {
         "name": "prefetch-model",
         "image": spec.image,
         "imagePullPolicy": d.PULL_POLICY,
-        "command": ["python", "-c", d.PREFETCH_SCRIPT, spec.platform.model.ref],
+        "command": ["python", "-c", d.PREFETCH_SCRIPT, *served_model_refs(spec.platform)],
         "env": model_env(spec),
         "resources": d.PREFETCH_RESOURCES,
         "securityContext": d.CONTAINER_SECURITY_CONTEXT,
@@ -226,7 +227,7 @@ def worker_resources(spec: LLMServiceSpec) -> Doc:
 def gpu_ray_start_params(spec: LLMServiceSpec) -> dict[str, str]:
     """GPU workers advertise only the CPUs their vLLM replicas reserve: CPU-only replicas (a CPU
     copy of the model each) go to the CPU group, never beside vLLM (the chart does the same)."""
-    per_replica = spec.platform.vllm.resources.num_cpus
+    per_replica = gpu_replica_cpus(spec.platform)
     return {"num-cpus": str(math.ceil(per_replica * spec.gpus_per_replica))}
 
 
@@ -247,10 +248,9 @@ def worker_group(name: str, spec: LLMServiceSpec) -> Doc:
 def needs_cpu_group(spec: LLMServiceSpec) -> bool:
     """GPU workers run only vLLM: enabled apps on the CPU need a CPU group beside them."""
     config = spec.platform
-    apps = (config.vllm, config.hf, config.analysis)
-    return bool(spec.gpus_per_replica) and any(
-        app.enabled and app.resources.accelerator == "cpu" for app in apps
-    )
+    apps = [*vllm_deployments(config)]
+    apps += [app for app in (config.hf, config.analysis) if app.enabled]
+    return bool(spec.gpus_per_replica) and any(app.resources.accelerator == "cpu" for app in apps)
 
 
 def cpu_app_group(name: str, spec: LLMServiceSpec) -> Doc:

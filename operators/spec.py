@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from serving.config import PlatformConfig, format_validation_error
+from serving.k8s import vllm_deployments
 from serving.k8s_schema import UpgradeStrategy
 
 GROUP = "serving.llm-serving.io"
@@ -124,10 +125,12 @@ class PodSettings(CamelModel):
 
 
 def gpu_demand(config: PlatformConfig) -> int:
-    """GPUs Serve may ask for at most: one per replica of every enabled app on accelerator gpu."""
+    """GPUs Serve may ask for at most: one per replica of every enabled app (each model of
+    `models` counted on its own) on accelerator gpu."""
     demand = 0
-    for app in (config.vllm, config.hf):
-        if app.enabled and app.resources.accelerator == "gpu":
+    deployments = [*vllm_deployments(config), *([config.hf] if config.hf.enabled else [])]
+    for app in deployments:
+        if app.resources.accelerator == "gpu":
             demand += app.autoscaling.max_replicas if app.autoscaling else app.num_replicas
     if config.analysis.enabled and config.analysis.resources.accelerator == "gpu":
         demand += 1
@@ -177,16 +180,6 @@ class LLMServiceSpec(CamelModel):
     )
 
     @model_validator(mode="after")
-    def _check_one_model(self) -> LLMServiceSpec:
-        """The chart's rule too: a RayService of this operator serves one model."""
-        if self.platform.models:
-            raise ValueError(
-                "platform.models: the operator does not deploy a multi-model platform yet; serve "
-                "one model per LLMService with platform.model"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _check_gpu_capacity(self) -> LLMServiceSpec:
         """The chart's rules (templates/_validate.tpl): GPU apps need GPU workers, and enough."""
         demand = gpu_demand(self.platform)
@@ -230,11 +223,35 @@ class Condition(CamelModel):
     )
 
 
+class ModelStatus(CamelModel):
+    """One model of `platform.models`: its Serve application as KubeRay last reported it."""
+
+    name: str = Field(description="The model's name (clients pass it as `model`).")
+    app: str = Field(description="Its Serve application (`vllm-NAME`).")
+    status: str | None = Field(
+        None,
+        description="Serve's application status (NOT_STARTED, DEPLOYING, RUNNING, UNHEALTHY, "
+        "DEPLOY_FAILED, DELETING); unset while KubeRay reports none.",
+    )
+    ready: bool = Field(description="True when the application is RUNNING.")
+    message: str | None = Field(None, description="Serve's message about the application.")
+
+
 class LLMServiceStatus(CamelModel):
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded."
     )
-    model: str | None = Field(None, description="The model name clients pass as `model`.")
+    model: str | None = Field(
+        None,
+        description="The model name clients pass as `model` (with `models`: every model's "
+        "name, comma-separated).",
+    )
+    models: list[ModelStatus] | None = Field(
+        None, description="With `platform.models`: each model's Serve application and readiness."
+    )
+    models_ready: str | None = Field(
+        None, alias="modelsReady", description="With `platform.models`: models RUNNING / models."
+    )
     observed_replicas: int | None = Field(
         None,
         alias="observedReplicas",

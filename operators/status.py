@@ -12,7 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from operators.defaults import METRICS_PORT
 from operators.render import api_service_name
-from operators.spec import Condition, ConditionType, LLMServiceSpec, LLMServiceStatus
+from operators.spec import (
+    Condition,
+    ConditionType,
+    LLMServiceSpec,
+    LLMServiceStatus,
+    ModelStatus,
+)
 from serving.config import PlatformConfig
 from serving.metrics import QUEUE_DEPTH
 
@@ -28,6 +34,7 @@ ENGINE_QUEUE_DEPTH = f"ray_{QUEUE_DEPTH}"  # the engine's own waiting queue, per
 METRICS_URL_ENV = "LLM_SERVING_OPERATOR_METRICS_URL"
 DEFAULT_METRICS_URL = "http://{name}-head-svc.{namespace}.svc.cluster.local:{port}/metrics"
 FAILED_APP_STATES = {"DEPLOY_FAILED", "UNHEALTHY"}
+RUNNING = "RUNNING"  # Serve's application status once every deployment is healthy
 
 Fetch = Callable[[str], str]
 
@@ -50,30 +57,41 @@ def metrics_url(name: str, namespace: str) -> str:
     return template.format(name=name, namespace=namespace, port=METRICS_PORT)
 
 
-def _sums(text: str, app: str) -> dict[str, float]:
-    """Per metric name, the sum over the samples that belong to `app`."""
+def vllm_apps(config: PlatformConfig) -> tuple[str, ...]:
+    """The Serve applications whose replicas run vLLM: each model's with `models` (the `vllm`
+    app is then the router, whose replicas run no engine), else `vllm`."""
+    return tuple(entry.app_name for entry in config.models) or (VLLM_APP,)
+
+
+def _sums(text: str, apps: tuple[str, ...]) -> dict[str, float]:
+    """Per metric name, the sum over the samples of vLLM replicas: Serve's gauges name their
+    application, the engines' own gauges only their engine (`vllm` for every model)."""
     sums: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
-            if labels.get("application", labels.get("engine")) == app:
+            if "application" in labels:
+                ours = labels["application"] in apps
+            else:
+                ours = labels.get("engine") == VLLM_APP
+            if ours:
                 sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
     return sums
 
 
-def load_from_metrics(text: str, app: str = VLLM_APP) -> PlatformLoad:
-    """Queue depth and healthy replicas of one Serve application from Prometheus text. The queue
+def load_from_metrics(text: str, apps: tuple[str, ...] = (VLLM_APP,)) -> PlatformLoad:
+    """Queue depth and healthy replicas of the vLLM applications from Prometheus text. The queue
     prefers Serve's autoscaler view (set when autoscaling is on) over the engines' waiting queue."""
-    sums = _sums(text, app)
+    sums = _sums(text, apps)
     queue = sums.get(SERVE_TOTAL_REQUESTS, sums.get(ENGINE_QUEUE_DEPTH))
     replicas = sums.get(SERVE_REPLICA_HEALTHY)
     return PlatformLoad(queue, None if replicas is None else int(replicas))
 
 
-def read_load(url: str, fetch: Fetch) -> PlatformLoad | None:
+def read_load(url: str, fetch: Fetch, apps: tuple[str, ...] = (VLLM_APP,)) -> PlatformLoad | None:
     """None when the endpoint cannot be read: the status keeps saying so instead of failing."""
     try:
-        return load_from_metrics(fetch(url))
+        return load_from_metrics(fetch(url), apps)
     except Exception:  # noqa: BLE001 - any network or parse failure means "unknown", not a crash
         return None
 
@@ -91,8 +109,13 @@ def _condition(rs_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in rs_status.get("conditions") or [] if c.get("type") == kind), None)
 
 
+def _app_statuses(rs_status: dict[str, Any]) -> dict[str, Any]:
+    """Serve's application statuses on the cluster that serves traffic, by app name."""
+    return (rs_status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
+
+
 def _failed_apps(rs_status: dict[str, Any]) -> list[str]:
-    apps = (rs_status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
+    apps = _app_statuses(rs_status)
     return [
         f"{name}: {app.get('status')}" + (f" ({app['message']})" if app.get("message") else "")
         for name, app in sorted(apps.items())
@@ -120,6 +143,21 @@ def rayservice_health(rayservice: dict[str, Any] | None) -> RayServiceHealth:
         "the RayService serves traffic" if ready else "waiting for the RayService to become ready"
     )
     return RayServiceHealth(ready, False, upgrading, reason, message)
+
+
+def model_statuses(config: PlatformConfig, rayservice: dict[str, Any] | None) -> list[ModelStatus]:
+    """Each model of `models` with its Serve application's status (none reported yet: unset and
+    not ready); [] for a single-model platform."""
+    apps = _app_statuses((rayservice or {}).get("status") or {})
+    found = []
+    for entry in config.models:
+        app = apps.get(entry.app_name) or {}
+        state = app.get("status")
+        found.append(ModelStatus(
+            name=entry.name, app=entry.app_name, status=state, ready=state == RUNNING,
+            message=app.get("message") or None,
+        ))
+    return found
 
 
 def _cond(
@@ -181,9 +219,13 @@ def observed_status(
             generation,
         ),
     ]
+    models = model_statuses(spec.platform, rayservice)
+    ready_models = sum(model.ready for model in models)
     status = LLMServiceStatus(
         conditions=[],
-        model=spec.platform.model.name,
+        model=",".join(m.name for m in spec.platform.models) or spec.platform.model.name,
+        models=models or None,
+        models_ready=f"{ready_models}/{len(models)}" if models else None,
         observed_replicas=load.replicas if load else None,
         queue_depth=load.queue_depth if load else None,
         endpoint=endpoint_url(name, namespace, spec.platform),
@@ -191,6 +233,8 @@ def observed_status(
         observed_generation=generation,
     ).model_dump(by_alias=True)  # None stays: in a merge patch it clears a stale value
     del status["replicasObservedAt"]  # keep_last_replicas sets it
+    if models:  # each entry without unset fields: the list is replaced whole by a merge patch
+        status["models"] = [m.model_dump(by_alias=True, exclude_none=True) for m in models]
     if load is None:  # not measured this time (a spec change): leave the last numbers alone
         del status["observedReplicas"], status["queueDepth"]
     status["conditions"] = merge_conditions(old_conditions, conditions)

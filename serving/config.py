@@ -305,10 +305,14 @@ class PlatformConfig(StrictModel):
     def model_platform(self, entry: ServedModelConfig) -> PlatformConfig:
         """The single-model platform config of one entry of `models`, as its deployment runs it."""
         settings = entry.model_dump(exclude={"name", "model"}, exclude_unset=True)
+        # Only the sections this config sets: the model's serve config args then carry what
+        # was written (as every app's do), and the chart renders the same args.
+        shared = {key: getattr(self, key) for key in ("auth", "limits", "http", "ray")
+                  if key in self.model_fields_set}
         return PlatformConfig(
             model=entry.model.model_copy(update={"served_name": entry.name}),
             vllm=VLLMDeploymentConfig.model_validate(settings),
-            auth=self.auth, limits=self.limits, http=self.http, ray=self.ray,
+            **shared,
         )
 
     def platform_of(self, name: str) -> PlatformConfig:
@@ -332,12 +336,12 @@ class PlatformConfig(StrictModel):
 
 
 def ray_env(config: PlatformConfig) -> dict[str, str]:
-    """Environment of every Ray process (local head, chart pods): how fast queues are reported.
+    """Environment of every Ray process (local head, chart pods): how fast queues are reported
+    (the fastest autoscaled deployment's interval, each model's included).
     Serve will read its push intervals from these variables (Ray 2.60 still takes each
     deployment's `metrics_interval_s`, which `AutoscalingSettings.serve_options` sets too)."""
-    intervals = [
-        d.autoscaling.metrics_interval_s for d in (config.vllm, config.hf) if d.autoscaling
-    ]
+    deployments = (config.vllm, config.hf, *config.models)
+    intervals = [d.autoscaling.metrics_interval_s for d in deployments if d.autoscaling]
     # Apps deployed later (or by hand) get the default: cheap, and the autoscaler reacts fast.
     push_s = str(min(intervals, default=AutoscalingSettings().metrics_interval_s))
     ingress = {"RAY_SERVE_ENABLE_HA_PROXY": "1"} if config.http.ingress == "haproxy" else {}

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving.config import ROUTER_CLASSES, PlatformConfig
+from serving.config import ROUTER_CLASSES, PlatformConfig, VLLMReplicaSettings
 from serving.k8s_schema import chart_properties, value_comments
 
 APP_NAMES = ("vllm", "hf", "analysis")  # serving.app.build_apps order
@@ -130,6 +130,32 @@ def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
             "deployments": [deployment_options(platform, "vllm") | router_option(entry.routing)],
         })
     return [router, *models]
+
+
+def vllm_deployments(config: PlatformConfig) -> list[VLLMReplicaSettings]:
+    """The vLLM deployments the platform runs: one per model with `models`, else `vllm`."""
+    if not config.vllm.enabled:
+        return []
+    return list(config.models) if config.models else [config.vllm]
+
+
+def served_model_refs(config: PlatformConfig) -> list[str]:
+    """Every model reference an enabled app serves, once each, in order (what a worker's init
+    container prefetches): each model of `models`, and the top-level model unless only the
+    `models` endpoint runs (the baseline and analysis apps serve it)."""
+    by_models = bool(config.models and config.vllm.enabled)
+    refs = [entry.model.ref for entry in config.models] if by_models else []
+    if not by_models or config.hf.enabled or config.analysis.enabled:
+        refs.insert(0, config.model.ref)
+    return list(dict.fromkeys(refs))
+
+
+def gpu_replica_cpus(config: PlatformConfig) -> float:
+    """Logical CPUs one vLLM replica on a GPU worker reserves: the largest of the deployments
+    on GPUs (of all vLLM deployments when none is), so any of them fits beside its GPU."""
+    deployments = vllm_deployments(config) or [config.vllm]
+    on_gpu = [d for d in deployments if d.resources.accelerator == "gpu"] or deployments
+    return max(d.resources.num_cpus for d in on_gpu)
 
 
 def serve_config(config: PlatformConfig, host: str) -> dict[str, Any]:

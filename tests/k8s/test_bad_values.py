@@ -12,6 +12,9 @@ from pydantic import ValidationError
 from serving import k8s_render
 from serving.config import PlatformConfig
 
+# The chart's single-model platform.vllm defaults, nulled as a multi-model release must.
+NO_VLLM_DEFAULTS = {"vllm": {key: None for key in ("autoscaling", "resources", "engine", "args")}}
+
 CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("negative worker replicas", {"workers": {"gpu": {"minReplicas": -1}}},
      ["/workers/gpu/minReplicas", "minimum"]),
@@ -24,8 +27,19 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("unknown platform key", {"platform": {"vllm": {"max_replica": 2}}},
      ["/platform/vllm", "'max_replica' not allowed"]),
     ("unknown chart key", {"worker": {}}, ["'worker' not allowed"]),
-    ("a models list", {"platform": {"models": [{"name": "a"}]}},
-     ["platform.models: the chart does not deploy a multi-model platform yet"]),
+    ("models beside the single-model vllm defaults", {"platform": {"models": [{"name": "a"}]}},
+     ["platform.vllm.autoscaling: with platform.models each model sets its own; set "
+      "platform.vllm.autoscaling to null", "platform.vllm.engine:"]),
+    ("a model and an adapter of the same name", {"platform": {**NO_VLLM_DEFAULTS, "models": [
+        {"name": "a"}, {"name": "b", "adapters": [{"name": "a", "path": "demo:a"}]}]}},
+     ['platform.models[1] (b): the name "a" is already taken by models[0]']),
+    ("a model's autoscaling bounds", {"platform": {**NO_VLLM_DEFAULTS, "models": [
+        {"name": "a", "autoscaling": {"min_replicas": 3, "max_replicas": 2}}]}},
+     ["platform.models[0].autoscaling: min_replicas (3) must not exceed max_replicas (2)"]),
+    ("more GPU replicas of models than GPUs", {"platform": {**NO_VLLM_DEFAULTS, "models": [
+        {"name": "a", "resources": {"accelerator": "gpu"}, "num_replicas": 3},
+        {"name": "b", "resources": {"accelerator": "gpu"}, "autoscaling": {"max_replicas": 2}}]}},
+     ["Serve may run 5 GPU replica(s)", "= 4"]),
     ("wrong accelerator", {"platform": {"vllm": {"resources": {"accelerator": "tpu"}}}},
      ["/platform/vllm/resources/accelerator"]),
     ("rayStartParams must be strings", {"head": {"rayStartParams": {"num-cpus": 0}}},
@@ -76,6 +90,9 @@ def test_every_problem_is_reported_at_once() -> None:
         {"hf": {"route_prefix": "/"}},
         {"analysis": {"route_prefix": "analysis"}},
         {"vllm": {"num_replicas": 0}},
+        {"models": [{"name": "a"}]},
+        {**NO_VLLM_DEFAULTS, "models": [{"name": "a"}, {"name": "a"}]},
+        {**NO_VLLM_DEFAULTS, "models": [{"name": "a", "autoscaling": {"min_replicas": 2}}]},
     ],
 )
 def test_chart_rejects_what_platform_config_rejects(platform: dict[str, Any]) -> None:

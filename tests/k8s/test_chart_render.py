@@ -19,7 +19,7 @@ GPU = "nvidia.com/gpu"
 
 
 def test_matrix_covers_the_issue() -> None:
-    assert {"default", "gpu-cluster", "cpu-dev", "monitoring-off", "device-plugin-on", "prometheus-operator", "pvc-cache"} <= set(MATRIX)
+    assert {"default", "gpu-cluster", "cpu-dev", "monitoring-off", "device-plugin-on", "prometheus-operator", "pvc-cache", "multi-model"} <= set(MATRIX)
 
 
 def test_renders_one_rayservice(case: Rendered) -> None:

@@ -101,6 +101,16 @@ CASES["pod-settings"] = (
 )
 
 
+# Two models with adapters on GPU workers (the analysis app keeps the CPU group), as the chart's
+# ci/multi-model-values.yaml: the chart's single-model vllm defaults are nulled.
+CASES["two-models"] = (
+    yaml.safe_load((k8s_render.CHART_DIR / "ci" / "multi-model-values.yaml").read_text())[
+        "platform"
+    ],
+    CASES["chart-defaults"][1],
+)
+
+
 def platform_of(overrides: Doc) -> Doc:
     """The platform block an install of the chart ends up with: its default platform with the
     overrides merged in (null deletes a key). The LLMService gets this whole block, so neither

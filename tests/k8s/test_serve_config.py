@@ -29,15 +29,34 @@ def test_rendered_is_valid_for_ray_serve(case: Rendered) -> None:
     validate_serve_config(serve_config_of(case))
 
 
+def app_parts(config: PlatformConfig) -> dict[str, tuple[PlatformConfig, tuple[str, ...]]]:
+    """Per app: the platform its args stand for and the sections it reads. With `models`, the
+    router reads the models list, and each model's app is that model's single-model platform."""
+    parts = {name: (config, sections) for name, sections in APP_SECTIONS.items()}
+    if config.models:
+        parts["vllm"] = (config, ("models", "auth", "limits"))
+        for entry in config.models:
+            parts[entry.app_name] = (config.model_platform(entry), APP_SECTIONS["vllm"])
+    return parts
+
+
+def dumped(value: Any, exclude: set[str]) -> Any:
+    if isinstance(value, list):
+        return [item.model_dump() for item in value]
+    return value.model_dump(exclude=exclude)
+
+
 def test_args_load_with_platform_config(case: Rendered) -> None:
     """Each app's args hold its own part of the platform, less the options Serve applies in place."""
+    parts = app_parts(case.platform)
     for app in serve_config_of(case)["applications"]:
-        name, loaded = app["name"], parse_config(app["args"], app["name"])
-        for section in APP_SECTIONS[name]:
-            exclude = set(NOT_IN_ARGS) if section == name else set()
-            assert getattr(loaded, section).model_dump(exclude=exclude) == getattr(
-                case.platform, section
-            ).model_dump(exclude=exclude)
+        loaded = parse_config(app["args"], app["name"])
+        expected, sections = parts[app["name"]]
+        for section in sections:
+            exclude = set(NOT_IN_ARGS) if section in APP_SECTIONS else set()
+            assert dumped(getattr(loaded, section), exclude) == dumped(
+                getattr(expected, section), exclude
+            )
 
 
 def vllm_block(values: dict[str, Any]) -> str:

@@ -48,8 +48,41 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- dig "model" "ref" "default" .Values.platform -}}
 {{- end -}}
 
+{{/* The name clients pass as `model` (with platform.models: the first model's). */}}
 {{- define "llm-serving.servedModelName" -}}
+{{- with .Values.platform.models -}}
+{{- (first .).name -}}
+{{- else -}}
 {{- dig "model" "served_name" "" .Values.platform | default (include "llm-serving.modelRef" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* serving.k8s.vllm_deployments: the settings of each vLLM deployment (one per model). */}}
+{{- define "llm-serving.vllmDeployments" -}}
+{{- $vllm := .Values.platform.vllm | default dict -}}
+{{- if not (dig "enabled" true $vllm) -}}
+[]
+{{- else if .Values.platform.models -}}
+{{- toYaml .Values.platform.models -}}
+{{- else -}}
+{{- toYaml (list $vllm) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* serving.k8s.served_model_refs: every model reference an enabled app serves, once each. */}}
+{{- define "llm-serving.servedModelRefs" -}}
+{{- $platform := .Values.platform -}}
+{{- $byModels := and $platform.models (dig "vllm" "enabled" true $platform) -}}
+{{- $refs := list -}}
+{{- if or (not $byModels) (dig "hf" "enabled" true $platform) (dig "analysis" "enabled" true $platform) -}}
+{{- $refs = append $refs (include "llm-serving.modelRef" .) -}}
+{{- end -}}
+{{- if $byModels -}}
+{{- range $platform.models -}}
+{{- $refs = append $refs (dig "model" "ref" "default" .) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (uniq $refs) -}}
 {{- end -}}
 
 {{/* App name -> [import path, default route prefix]: serving.app.build_apps in template form. */}}
@@ -57,6 +90,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 vllm: [serving.app:vllm_app, /]
 hf: [serving.app:hf_app, /hf]
 analysis: [serving.app:analysis_app, /analysis]
+router: [serving.app:router_app, /]
+model: [serving.app:model_app, null]
+{{- end -}}
+
+{{/* serving.config.ROUTER_CLASSES: Serve's request router of each models[].routing policy. */}}
+{{- define "llm-serving.routerClasses" -}}
+power_of_two: "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter"
+prefix_cache: "serving.routing:PrefixAffinityRouter"
+session: "serving.routing:SessionAffinityRouter"
+random: "serving.routing:RandomRouter"
+{{- end -}}
+
+{{/* Settings without the deployment options Serve applies in place (serving.k8s.NOT_IN_ARGS)
+and without the keys in .also. */}}
+{{- define "llm-serving.withoutServeOptions" -}}
+{{- $section := deepCopy (.section | default dict) -}}
+{{- range $key := concat (list "enabled" "route_prefix" "num_replicas" "autoscaling" "max_ongoing_requests" "backpressure" "graceful_shutdown_timeout_s" "graceful_shutdown_wait_loop_s" "max_surge_percent") (.also | default list) -}}
+{{- $_ := unset $section $key -}}
+{{- end -}}
+{{- toYaml $section -}}
 {{- end -}}
 
 {{/*
@@ -71,7 +124,7 @@ here restarts the app's replicas; anything else leaves them running.
 {{- if hasKey $.platform $key -}}
 {{- $section := get $.platform $key -}}
 {{- if eq $key $name -}}
-{{- $section = omit $section "enabled" "route_prefix" "num_replicas" "autoscaling" "max_ongoing_requests" "backpressure" "graceful_shutdown_timeout_s" "graceful_shutdown_wait_loop_s" "max_surge_percent" -}}
+{{- $section = include "llm-serving.withoutServeOptions" (dict "section" $section) | fromYaml -}}
 {{- end -}}
 {{- if or $section (ne $key $name) -}}
 {{- $_ := set $args $key $section -}}
@@ -121,12 +174,46 @@ autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscal
 {{- $apps := list -}}
 {{- range $name := list "vllm" "hf" "analysis" -}}
 {{- $app := get $.Values.platform $name | default dict -}}
-{{- if dig "enabled" true $app -}}
+{{- if and (eq $name "vllm") $.Values.platform.models (dig "enabled" true $app) -}}
+{{- $apps = concat $apps (include "llm-serving.modelApplications" $ | fromYamlArray) -}}
+{{- else if dig "enabled" true $app -}}
 {{- $row := get $table $name -}}
 {{- $args := include "llm-serving.appArgs" (dict "platform" $.Values.platform "name" $name) | fromYaml -}}
 {{- $options := include "llm-serving.deploymentOptions" (dict "name" $name "app" $app) | fromYaml -}}
 {{- $apps = append $apps (dict "name" $name "import_path" (index $row 0) "route_prefix" (dig "route_prefix" (index $row 1) $app) "args" $args "deployments" (list $options)) -}}
 {{- end -}}
+{{- end -}}
+{{- toYaml $apps -}}
+{{- end -}}
+
+{{/*
+A multi-model platform's apps (serving.k8s.model_applications): the router at vllm.route_prefix
+with the models as written, then one app per model without a route of its own; its args are the
+single-model platform of the entry (PlatformConfig.model_platform: served_name is the entry's
+name), so a change to one model restarts that model alone.
+*/}}
+{{- define "llm-serving.modelApplications" -}}
+{{- $platform := .Values.platform -}}
+{{- $table := include "llm-serving.appTable" . | fromYaml -}}
+{{- $routers := include "llm-serving.routerClasses" . | fromYaml -}}
+{{- $shared := dict -}}
+{{- range $key := list "auth" "limits" -}}
+{{- if hasKey $platform $key -}}{{- $_ := set $shared $key (get $platform $key) -}}{{- end -}}
+{{- end -}}
+{{- $router := dict "name" "vllm" "import_path" (index $table.router 0) "route_prefix" (dig "vllm" "route_prefix" (index $table.router 1) $platform) "args" (merge (dict "models" $platform.models) $shared) -}}
+{{- $apps := list $router -}}
+{{- range $entry := $platform.models -}}
+{{- $model := deepCopy ($entry.model | default dict) -}}
+{{- $_ := set $model "served_name" $entry.name -}}
+{{- $args := merge (dict "model" $model) $shared -}}
+{{- $vllm := include "llm-serving.withoutServeOptions" (dict "section" $entry "also" (list "name" "model")) | fromYaml -}}
+{{- if $vllm -}}{{- $_ = set $args "vllm" $vllm -}}{{- end -}}
+{{- $options := include "llm-serving.deploymentOptions" (dict "name" "vllm" "app" $entry) | fromYaml -}}
+{{- $routing := $entry.routing | default "power_of_two" -}}
+{{- if ne $routing "power_of_two" -}}
+{{- $_ = set $options "request_router_config" (dict "request_router_class" (get $routers $routing)) -}}
+{{- end -}}
+{{- $apps = append $apps (dict "name" (printf "vllm-%s" $entry.name) "import_path" (index $table.model 0) "route_prefix" nil "args" $args "deployments" (list $options)) -}}
 {{- end -}}
 {{- toYaml $apps -}}
 {{- end -}}
@@ -141,22 +228,25 @@ applications:
 {{- range $app := include "llm-serving.serveApplications" . | fromYamlArray }}
   - name: {{ $app.name }}
     import_path: {{ $app.import_path }}
-    route_prefix: {{ $app.route_prefix | quote }}
+    route_prefix: {{ if kindIs "invalid" $app.route_prefix }}null{{ else }}{{ $app.route_prefix | quote }}{{ end }}
     args: {{- toYaml $app.args | nindent 6 }}
-    deployments: {{- toYaml $app.deployments | nindent 6 }}
+    {{- with $app.deployments }}
+    deployments: {{- toYaml . | nindent 6 }}
+    {{- end }}
 {{- end }}
 {{- end -}}
 
 {{/* serving.config.ray_env(): the ingress, and Serve's metric push intervals follow the fastest
-autoscaled app. */}}
+autoscaled app or model. */}}
 {{- define "llm-serving.rayEnv" -}}
 {{- if eq (dig "http" "ingress" "haproxy" .Values.platform) "haproxy" -}}
 - name: RAY_SERVE_ENABLE_HA_PROXY
   value: "1"
 {{ end -}}
 {{- $intervals := list -}}
-{{- range $name := list "vllm" "hf" -}}
-{{- $scaling := dig $name "autoscaling" nil $.Values.platform -}}
+{{- $deployments := list (dig "vllm" dict .Values.platform) (dig "hf" dict .Values.platform) -}}
+{{- range $settings := concat $deployments (.Values.platform.models | default list) -}}
+{{- $scaling := dig "autoscaling" nil $settings -}}
 {{- if $scaling -}}
 {{- $intervals = append $intervals (dig "metrics_interval_s" 1.0 $scaling | float64) -}}
 {{- end -}}
@@ -201,12 +291,22 @@ and switches traffic once it serves.
 {{/*
 GPU workers advertise only the logical CPUs their vLLM replicas reserve (num_cpus x GPUs), so
 CPU-only replicas (HF baseline, analysis: a CPU copy of the model each) never land beside vLLM.
+Per replica: serving.k8s.gpu_replica_cpus, the largest num_cpus of the vLLM deployments on GPUs
+(of every vLLM deployment when none is).
 */}}
 {{- define "llm-serving.gpuRayStartParams" -}}
 {{- $g := .Values.workers.gpu -}}
 {{- $params := deepCopy ($g.rayStartParams | default dict) -}}
 {{- if not (hasKey $params "num-cpus") -}}
-{{- $perReplica := dig "vllm" "resources" "num_cpus" 1.0 .Values.platform | float64 -}}
+{{- $deployments := include "llm-serving.vllmDeployments" . | fromYamlArray | default (list (dig "vllm" dict .Values.platform)) -}}
+{{- $onGpu := list -}}
+{{- range $deployments -}}
+{{- if eq (dig "resources" "accelerator" "cpu" .) "gpu" -}}{{- $onGpu = append $onGpu . -}}{{- end -}}
+{{- end -}}
+{{- $perReplica := 0.0 -}}
+{{- range ($onGpu | default $deployments) -}}
+{{- $perReplica = maxf $perReplica (dig "resources" "num_cpus" 1.0 . | float64) -}}
+{{- end -}}
 {{- $_ := set $params "num-cpus" (mulf $perReplica (int $g.gpusPerWorker) | ceil | int | toString) -}}
 {{- end -}}
 {{- toYaml $params -}}

@@ -101,11 +101,15 @@ readinessProbe:
   image: {{ include "llm-serving.image" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   # Idempotent: a cached model (shared PVC, or a restarted pod) is found without downloading.
+  # Every model an app serves (each of platform.models); demo adapters are built by each replica
+  # as it starts, into the same cache.
   command:
     - python
     - -c
-    - "import sys; from serving.models import resolve_model; print(resolve_model(sys.argv[1]))"
-    - {{ include "llm-serving.modelRef" $root | quote }}
+    - "import sys; from serving.models import resolve_model; print(*(resolve_model(ref) for ref in sys.argv[1:]))"
+    {{- range include "llm-serving.servedModelRefs" $root | fromYamlArray }}
+    - {{ . | quote }}
+    {{- end }}
   env: {{- include "llm-serving.modelEnv" $root | nindent 4 }}
   resources: {{- toYaml $root.Values.model.prefetch.resources | nindent 4 }}
   securityContext: {{- toYaml $root.Values.containerSecurityContext | nindent 4 }}

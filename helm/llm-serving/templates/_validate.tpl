@@ -50,8 +50,58 @@ platform.model.ref: no model is set. Set a Hugging Face id (e.g. Qwen/Qwen2.5-0.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- with include "llm-serving.validate.models" . -}}
+{{- $problems = append $problems . -}}
+{{- end -}}
+{{- join "\n- " $problems -}}
+{{- end -}}
+
+{{/*
+PlatformConfig's rules on `models`: each model sets its own replica settings (the chart's
+single-model platform.vllm defaults must be nulled), names of models and adapters differ, and
+autoscaling bounds hold. A platform.vllm setting counts as set unless it is null, an empty map or
+list, or a default listed here (VLLMReplicaSettings'; a test compares them): stricter than
+PlatformConfig, which compares whole settings with their defaults.
+*/}}
+{{- define "llm-serving.modelSettingDefaults" -}}
+num_replicas: 1
+max_ongoing_requests: 256
+graceful_shutdown_timeout_s: 120.0
+graceful_shutdown_wait_loop_s: 1.0
+max_surge_percent: 25
+max_adapters: 4
+routing: power_of_two
+{{- end -}}
+
+{{- define "llm-serving.validate.models" -}}
+{{- $problems := list -}}
 {{- if .Values.platform.models -}}
-{{- $problems = append $problems "platform.models: the chart does not deploy a multi-model platform yet (one model per release). Serve one model per release with platform.model, or run the models list locally with `llm-serving up --config`." -}}
+{{- $vllm := .Values.platform.vllm | default dict -}}
+{{- $defaults := include "llm-serving.modelSettingDefaults" . | fromYaml -}}
+{{- range $key, $value := omit $vllm "enabled" "route_prefix" -}}
+{{- $default := and (hasKey $defaults $key) (eq (toJson $value) (toJson (get $defaults $key))) -}}
+{{- $empty := and (or (kindIs "map" $value) (kindIs "slice" $value)) (empty $value) (ne $key "autoscaling") -}}
+{{- if not (or (kindIs "invalid" $value) $default $empty) -}}
+{{- $problems = append $problems (printf "platform.vllm.%s: with platform.models each model sets its own; set platform.vllm.%s to null (the chart's default serves one model)." $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $i, $entry := .Values.platform.models -}}
+{{- $names := list $entry.name -}}
+{{- range $entry.adapters -}}{{- $names = append $names .name -}}{{- end -}}
+{{- range $name := $names -}}
+{{- if hasKey $seen $name -}}
+{{- $problems = append $problems (printf "platform.models[%d] (%s): the name %q is already taken by %s; model and adapter names must differ." $i $entry.name $name (get $seen $name)) -}}
+{{- end -}}
+{{- $_ := set $seen $name (printf "models[%d]" $i) -}}
+{{- end -}}
+{{- with $entry.autoscaling -}}
+{{- $min := dig "min_replicas" 1 . | int -}}{{- $max := dig "max_replicas" 1 . | int -}}
+{{- if gt $min $max -}}
+{{- $problems = append $problems (printf "platform.models[%d].autoscaling: min_replicas (%d) must not exceed max_replicas (%d)." $i $min $max) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- join "\n- " $problems -}}
 {{- end -}}
@@ -81,12 +131,17 @@ workers.{{ .key }}: need minReplicas <= replicas <= maxReplicas, got {{ $min }} 
 {{- end -}}
 {{- end -}}
 
-{{/* GPUs the Serve apps may ask for at most: one per replica of every app with accelerator gpu. */}}
+{{/* GPUs the Serve apps may ask for at most: one per replica of every app with accelerator gpu,
+each model of platform.models counted on its own (operators.spec.gpu_demand). */}}
 {{- define "llm-serving.gpuDemand" -}}
 {{- $demand := 0 -}}
-{{- range $name := list "vllm" "hf" "analysis" -}}
+{{- $apps := include "llm-serving.vllmDeployments" . | fromYamlArray -}}
+{{- range $name := list "hf" "analysis" -}}
 {{- $app := get $.Values.platform $name | default dict -}}
-{{- if and (dig "enabled" true $app) (eq (dig "resources" "accelerator" "cpu" $app) "gpu") -}}
+{{- if dig "enabled" true $app -}}{{- $apps = append $apps $app -}}{{- end -}}
+{{- end -}}
+{{- range $app := $apps -}}
+{{- if eq (dig "resources" "accelerator" "cpu" $app) "gpu" -}}
 {{- $replicas := dig "num_replicas" 1 $app -}}
 {{- with dig "autoscaling" nil $app -}}{{- $replicas = dig "max_replicas" 1 . -}}{{- end -}}
 {{- $demand = add $demand (int $replicas) -}}
@@ -103,7 +158,7 @@ platform: apps with resources.accelerator=gpu need {{ $demand }} GPU(s), but wor
 {{- else if and $gpu.enabled (ge (int $gpu.gpusPerWorker) 1) -}}
 {{- $capacity := mul (int $gpu.maxReplicas) (int $gpu.gpusPerWorker) -}}
 {{- if gt $demand $capacity -}}
-platform: Serve may run {{ $demand }} GPU replica(s) (max_replicas / num_replicas of apps with accelerator=gpu), but workers.gpu.maxReplicas x gpusPerWorker = {{ $capacity }}: raise workers.gpu.maxReplicas or lower the replicas.
+platform: Serve may run {{ $demand }} GPU replica(s) (max_replicas / num_replicas of apps and models with accelerator=gpu), but workers.gpu.maxReplicas x gpusPerWorker = {{ $capacity }}: raise workers.gpu.maxReplicas or lower the replicas.
 {{- end -}}
 {{- end -}}
 {{- end -}}
