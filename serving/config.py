@@ -95,6 +95,12 @@ class VLLMReplicaSettings(ReplicaScaling):
     max_adapters: int = Field(
         4, gt=0, description="Adapters one replica's engine holds at once (vLLM's max_loras)."
     )
+    runtime_adapters: bool = Field(
+        False,
+        description="Allow adding LoRA adapters while it runs (POST /v1/load_lora_adapter and "
+        "/v1/unload_lora_adapter, vLLM's routes; VLLM_ALLOW_RUNTIME_LORA_UPDATING): any path the "
+        "replicas can read becomes servable, so keep API keys on.",
+    )
     routing: RoutingPolicy = Field(
         "power_of_two",
         description="How requests through the `models` endpoint pick a replica of this model: "

@@ -9,15 +9,20 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import route_path
 from serving.api.errors import APIError, error_response
 from serving.routing import RoutingHint, routing_hint
+
+if TYPE_CHECKING:
+    from serving.api.runtime_adapters import RuntimeAdapters
+
+LOAD_PATH, UNLOAD_PATH = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
 
 # Scope keys a replica needs to run the request; the rest (app, router, state) stays here.
 FORWARDED_SCOPE_KEYS = (
@@ -123,8 +128,10 @@ class ModelDispatch:
     def __init__(self, routes: dict[str, Route], default_model: str,
                  forward: Callable[[Route], Forward],
                  on_backpressure: Callable[[Route, Exception], APIError | None],
-                 adapter_cards: list[dict[str, Any]] | None = None) -> None:
+                 adapter_cards: list[dict[str, Any]] | None = None,
+                 runtime: RuntimeAdapters | None = None) -> None:
         self.routes = routes
+        self.runtime = runtime  # adapters loaded through the API, when a model allows them
         # Replicas load adapters on demand and list only what they hold: the router lists all.
         self.adapter_cards = adapter_cards or []
         self.default_model = default_model
@@ -143,6 +150,9 @@ class ModelDispatch:
             await self.health(scope, send)
             return
         data = parsed_body(body)
+        if method == "POST" and path in (LOAD_PATH, UNLOAD_PATH) and self.runtime is not None:
+            await self.change_adapters(path, data, scope, send)
+            return
         name = data.get("model")
         if name is None:
             route = Route(self.default_model)  # a route without a model: vLLM's default
@@ -165,6 +175,20 @@ class ModelDispatch:
             if refused is None:
                 raise
             await error_response(refused)(scope, _no_body, send)
+
+    async def change_adapters(self, path: str, data: dict[str, Any], scope: Scope,
+                              send: Send) -> None:
+        """vLLM's load/unload routes: plain-text success, OpenAI-shaped errors."""
+        assert self.runtime is not None
+        try:
+            if path == LOAD_PATH:
+                text = await self.runtime.load(data)
+            else:
+                text = self.runtime.unload(data)
+        except APIError as err:
+            await error_response(err)(scope, _no_body, send)
+            return
+        await PlainTextResponse(text)(scope, _no_body, send)
 
     async def collect(self, model: str, scope: Scope) -> tuple[int, bytes]:
         """Status and body of a small GET answered by one model's deployment."""
@@ -191,8 +215,9 @@ class ModelDispatch:
             response = JSONResponse(json.loads(body or b"null"), status_code=status)
         else:
             cards = [card for _, body in answers.values() for card in json.loads(body)["data"]]
-            listed = {card["id"] for card in self.adapter_cards}
-            cards = [card for card in cards if card["id"] not in listed] + self.adapter_cards
+            ours = self.adapter_cards + (self.runtime.cards if self.runtime else [])
+            listed = {card["id"] for card in ours}
+            cards = [card for card in cards if card["id"] not in listed] + ours
             response = JSONResponse({"object": "list", "data": cards})
         await response(scope, _no_body, send)
 

@@ -16,6 +16,7 @@ from serving.api.auth import APIKeyAuth, key_ring
 from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes
 from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
+from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
 from serving.config import PlatformConfig
 from serving.routing import RoutingHint
 
@@ -31,14 +32,9 @@ def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
 
 
 def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
-    """vLLM's model card of every adapter (id, root: its path, parent: its base model)."""
-    from vllm.entrypoints.serve.engine.protocol import ModelCard, ModelPermission
-
-    return [
-        ModelCard(id=adapter.name, root=adapter.path, parent=entry.name,
-                  permission=[ModelPermission()]).model_dump(mode="json")
-        for entry in config.models for adapter in entry.adapters
-    ]
+    """vLLM's model card of every configured adapter."""
+    return [adapter_card(adapter.name, adapter.path, entry.name)
+            for entry in config.models for adapter in entry.adapters]
 
 
 @serve.deployment(name="ModelRouter", max_ongoing_requests=4096, health_check_period_s=10)
@@ -48,19 +44,18 @@ class ModelRouter:
         self.config = PlatformConfig.model_validate(config)
         routes = model_routes({m.name: [a.name for a in m.adapters] for m in self.config.models})
         # Serve's gRPC path between replicas (not Ray object refs): measured as fast as plain vLLM.
-        handles = {
+        self.models = {
             entry.name: serve.get_deployment_handle("VLLMServer", entry.app_name).options(
                 stream=True, method_name="asgi_call", _by_reference=False)
             for entry in self.config.models
         }
         # An adapter's requests carry it as Serve's multiplexed model id: they go to a replica
         # that holds it when one does, which loads it otherwise.
-        self.handles = {
-            route: handles[route.model].options(multiplexed_model_id=route.adapter or "")
-            for route in routes.values()
-        }
+        self.handles = {route: self.handle(route) for route in routes.values()}
+        allowed = [entry.name for entry in self.config.models if entry.runtime_adapters]
+        self.runtime = RuntimeAdapters(routes, allowed, self.preload) if allowed else None
         dispatch = ModelDispatch(routes, self.config.models[0].name, self.forward, self.refusal,
-                                 adapter_cards(self.config))
+                                 adapter_cards(self.config), self.runtime)
         app: ASGIApp = BodySizeLimit(dispatch, self.config.limits.max_body_bytes)
         keys = key_ring(self.config.auth)
         self.asgi = APIKeyAuth(app, keys) if keys.enabled else app
@@ -68,14 +63,24 @@ class ModelRouter:
     def __serve_build_asgi_app__(self) -> ASGIApp:
         return self.asgi
 
+    def handle(self, route: Route) -> Any:
+        return self.models[route.model].options(multiplexed_model_id=route.adapter or "")
+
     def forward(self, route: Route) -> Forward:
-        handle = self.handles[route]
+        handle = self.handles.get(route) or self.handle(route)
+        # A runtime adapter's path goes along: any replica may be the first to load it.
+        path = self.runtime.paths.get(route.adapter) if self.runtime and route.adapter else None
 
         def send(scope: dict[str, Any], body: bytes,
                  hint: RoutingHint) -> AsyncIterator[list[Message]]:
-            return handle.remote(scope, body, hint)
+            return handle.remote(scope, body, hint, path)
 
         return send
+
+    async def preload(self, route: Route, path: str) -> None:
+        """Load a runtime adapter into one replica of its model (raises vLLM's refusal)."""
+        handle = self.handle(route).options(stream=False, method_name="add_adapter")
+        await handle.remote(route.adapter, path)
 
     def refusal(self, route: Route, err: Exception) -> APIError | None:
         return backpressure_error(self.config, route) if isinstance(err, BackPressureError) else None

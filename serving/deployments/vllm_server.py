@@ -94,13 +94,16 @@ class VLLMServer:
         return self.openai_app
 
     async def asgi_call(self, scope: dict[str, Any], body: bytes,
-                        hint: RoutingHint | None = None) -> AsyncIterator[list[Message]]:
+                        hint: RoutingHint | None = None,
+                        adapter_path: str | None = None) -> AsyncIterator[list[Message]]:
         """One HTTP request dispatched by the model router through a Serve handle (no second
         HTTP hop): vLLM's app runs it here and its response messages stream back in batches.
-        `hint` is for the request router that picked this replica; the response names the
-        replica in a header."""
+        `hint` is for the request router that picked this replica; `adapter_path` is the path
+        of an adapter loaded at run time; the response names the replica in a header."""
         app: Any = self.openai_app
         adapter = serve.get_multiplexed_model_id()
+        if adapter and adapter_path:
+            self.adapters.paths[adapter] = adapter_path
         if adapter:
             try:
                 await self.adapters.load(adapter)
@@ -108,6 +111,11 @@ class VLLMServer:
                 app = error_response(APIError(str(err), status=500, param="model"))
         async for messages in run_asgi(app, scope, body):
             yield [with_replica_header(m, self.replica_id) for m in messages]
+
+    async def add_adapter(self, name: str, path: str) -> None:
+        """Load an adapter added at run time (the router checks it here before serving it)."""
+        self.adapters.paths[name] = path
+        await self.adapters.load(name)
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""

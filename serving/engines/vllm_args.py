@@ -53,7 +53,7 @@ def lora_options(config: PlatformConfig, preload: bool = True) -> dict[str, Any]
     """vLLM's LoRA options for the model's adapters (none when it has none): loaded at start
     (`lora_modules`), or, behind the model router, when a request names one (vllm_lora.py)."""
     adapters = config.vllm.adapters
-    if not adapters:
+    if not adapters and not config.vllm.runtime_adapters:
         return {}
     options = {
         "enable_lora": True,

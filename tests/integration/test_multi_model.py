@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from filelock import FileLock
 
 from serving.adapters import DEMO_PREFIX, ensure_demo_adapter
 from serving.config import load_config
+from serving.metrics import ADAPTER_LOADS, counter_values
 from serving.models import resolve_model
 from tests.integration.conftest import ROOT, SESSION_LOCK, free_port, run_cli
 
@@ -176,17 +178,8 @@ def test_session_routing_keeps_a_session_on_one_replica(endpoint: str) -> None:
 def adapter_loads() -> dict[str, float]:
     """llm_serving_adapter_loads_total per adapter, summed over replicas, from the Ray node's
     Prometheus endpoint."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
     text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
-    loads: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "ray_llm_serving_adapter_loads_total":
-                adapter = sample.labels["adapter"]
-                loads[adapter] = loads.get(adapter, 0.0) + sample.value
-    return loads
+    return {key[0]: value for key, value in counter_values(text, ADAPTER_LOADS, ("adapter",)).items()}
 
 
 def test_each_adapter_loads_once_into_the_replica_that_serves_it(endpoint: str) -> None:
@@ -226,3 +219,32 @@ def test_the_load_generator_mixes_models_and_reports_each(endpoint: str, tmp_pat
     assert set(per_model) <= {*models, *parents} and len(per_model) >= 3
     assert sum(m["completed"] for m in per_model.values()) == result["completed"] == 16
     assert "## Per model" in (tmp_path / "summary.md").read_text()
+
+
+def test_an_adapter_loaded_at_run_time_is_served_until_unloaded(endpoint: str) -> None:
+    """vLLM's load/unload routes on the endpoint (the example's tiny model allows them): a bad
+    path is refused before the name is served; a good one answers on both replicas (sessions
+    spread over them, each loads it from the path the router passes), then is gone."""
+    config = load_config(EXAMPLE)
+    tiny = next(m for m in config.models if m.runtime_adapters)
+    path = ensure_demo_adapter(resolve_model(tiny.model.ref), "tiny-runtime")
+    bad = httpx.post(f"{endpoint}/load_lora_adapter", timeout=60,
+                     json={"lora_name": "tiny-bad", "lora_path": "/nonexistent/adapter"})
+    assert bad.status_code == 400 and "could not be loaded" in bad.json()["error"]["message"]
+    loaded = httpx.post(f"{endpoint}/load_lora_adapter", timeout=60,
+                        json={"lora_name": "tiny-runtime", "lora_path": str(path)})
+    assert loaded.status_code == 200, loaded.text
+    api = client(endpoint)
+    replicas = set()
+    for session in map(str, range(8)):
+        response = api.completions.with_raw_response.create(
+            model="tiny-runtime", prompt="Hi", max_tokens=2, user=session)
+        assert response.parse().model == "tiny-runtime"
+        replicas.add(response.headers["x-llm-serving-replica"])
+    assert len(replicas) == 2
+    cards = {card.id: getattr(card, "parent", None) for card in api.models.list()}
+    assert cards["tiny-runtime"] == tiny.name and "tiny-bad" not in cards
+    unloaded = httpx.post(f"{endpoint}/unload_lora_adapter", json={"lora_name": "tiny-runtime"})
+    assert unloaded.status_code == 200
+    with pytest.raises(openai.NotFoundError):
+        api.completions.create(model="tiny-runtime", prompt="Hi", max_tokens=2)
