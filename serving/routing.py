@@ -6,8 +6,9 @@ serving/config.py), which sees the `RoutingHint` the router passes with every re
 - prefix_cache: Ray's `PrefixCacheAffinityRouter` (made safe for requests without text): the replica whose earlier prompts share the
   longest prefix with this one (its KV cache likely holds it) while loads stay balanced.
 - session: every request of a session (`x-session-id` header, else the OpenAI `user` field) to
-  the same replica, by rendezvous hashing, so a conversation's history stays in one KV cache;
-  the next-ranked replica takes it when that one is full. No session: power of two choices.
+  the same replica, so a conversation's history stays in one KV cache: a new session goes to the
+  replica with the fewest live sessions (ties: rendezvous hashing), so a few conversations spread
+  evenly; the next-ranked replica takes it when that one is full. No session: power of two.
 - random: any replica, uniformly, blind to load, adapters and caches: the baseline the others
   are measured against."""
 
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray.serve.llm.request_router import PrefixCacheAffinityRouter
@@ -23,6 +26,8 @@ from ray.serve.request_router import LocalityMixin, MultiplexMixin, RequestRoute
 from starlette.datastructures import Headers
 
 SESSION_HEADER = "x-session-id"
+SESSION_IDLE_S = 600.0  # a session unseen this long no longer counts on its replica
+MAX_SESSIONS = 100_000  # bounds the router's memory: the least recently seen go first
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,27 @@ def rendezvous_rank(session: str, replica_ids: list[str]) -> list[str]:
     return sorted(replica_ids, key=weight, reverse=True)
 
 
+@dataclass
+class SessionTable:
+    """Where each live session stays (in the order they were last seen)."""
+
+    placed: OrderedDict[str, tuple[str, float]] = field(default_factory=OrderedDict)
+
+    def place(self, session: str, replica_ids: list[str], now: float) -> list[str]:
+        """The session's replicas in order of preference: its own first (placed on the replica
+        with the fewest live sessions when it has none, or its replica is gone)."""
+        while self.placed and (len(self.placed) >= MAX_SESSIONS
+                               or next(iter(self.placed.values()))[1] < now - SESSION_IDLE_S):
+            self.placed.popitem(last=False)
+        ranked = rendezvous_rank(session, replica_ids)
+        own = self.placed.pop(session, ("", 0.0))[0]
+        if own not in replica_ids:
+            live = Counter(replica for replica, _ in self.placed.values())
+            own = min(ranked, key=lambda replica: live[replica])  # ties: the first ranked
+        self.placed[session] = (own, now)
+        return [own] + [replica for replica in ranked if replica != own]
+
+
 def hint_of(pending_request: Any) -> RoutingHint | None:
     """The request's hint, found by its fields, not its class: the router Serve runs may be a
     copy of this module's class (shipped pickled), whose RoutingHint is another class object."""
@@ -68,7 +94,7 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
 
 
 class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
-    """A session's requests to its rendezvous-hashed replica (next ranks when it is full);
+    """A session's requests to its replica (`SessionTable`; next ranks when it is full);
     requests without a session to the less loaded of two random replicas. No FIFOMixin: it
     routes without the request (a replica goes to whichever request waits longest), so a
     session could not choose."""
@@ -79,7 +105,10 @@ class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if hint is None or hint.session is None or len(candidate_replicas) < 2:
             return self.two_choices(candidate_replicas, pending_request)
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
-        return [[by_id[rid]] for rid in rendezvous_rank(hint.session, list(by_id))]
+        if getattr(self, "sessions", None) is None:  # Serve builds routers without our __init__
+            self.sessions = SessionTable()
+        ranked = self.sessions.place(hint.session, list(by_id), time.monotonic())
+        return [[by_id[rid]] for rid in ranked]
 
     def two_choices(self, candidate_replicas: list[Any], pending_request: Any) -> list[list[Any]]:
         """Power of two choices among the replicas holding the request's adapter when some

@@ -85,6 +85,9 @@ class Run:
     """What one autoscale run observed; times are seconds since the burst started."""
 
     deployment: Deployment
+    # Every other autoscaling deployment (other models): its replica samples, to show the burst
+    # scaled the target's deployment alone.
+    others: dict[str, list[ReplicaSample]] = field(default_factory=dict)
     results: list[RequestResult] = field(default_factory=list)
     replicas: list[ReplicaSample] = field(default_factory=list)
     queue: list[QueueSample] = field(default_factory=list)
@@ -101,19 +104,32 @@ def path_under(path: str, prefix: str) -> bool:
     return not prefix or path == prefix or path.startswith(prefix + "/")
 
 
-def find_deployment(body: dict[str, Any], target_path: str) -> Deployment:
-    """The autoscaling deployment of the Serve application whose route prefix serves the
-    target's path (the longest prefix wins, as in Serve's proxy)."""
+def autoscaling_deployments(body: dict[str, Any]) -> list[Deployment]:
+    """Every autoscaling deployment of every Serve application."""
+    found = []
+    for app_name, app in (body.get("applications") or {}).items():
+        for name, details in (app.get("deployments") or {}).items():
+            config = (details.get("deployment_config") or {}).get("autoscaling_config")
+            if config:
+                found.append(Deployment(app_name, name, config))
+    return found
+
+
+def find_deployment(body: dict[str, Any], target_path: str, model: str | None = None) -> Deployment:
+    """The autoscaling deployment serving the request: the model's own application when the
+    endpoint serves several models (`vllm-MODEL`), else the application whose route prefix serves
+    the target's path (the longest prefix wins, as in Serve's proxy)."""
     apps = body.get("applications") or {}
-    routed = [(len(app["route_prefix"]), name) for name, app in apps.items()
-              if app.get("route_prefix") and path_under(target_path, app["route_prefix"])]
-    if not routed:
-        raise TargetError(f"no Serve application routes {target_path!r} (apps: {sorted(apps)})")
-    app_name = max(routed)[1]
-    for name, details in apps[app_name].get("deployments", {}).items():
-        config = (details.get("deployment_config") or {}).get("autoscaling_config")
-        if config:
-            return Deployment(app_name, name, config)
+    app_name = f"vllm-{model}" if model else ""
+    if app_name not in apps:
+        routed = [(len(app["route_prefix"]), name) for name, app in apps.items()
+                  if app.get("route_prefix") and path_under(target_path, app["route_prefix"])]
+        if not routed:
+            raise TargetError(f"no Serve application routes {target_path!r} (apps: {sorted(apps)})")
+        app_name = max(routed)[1]
+    for found in autoscaling_deployments(body):
+        if found.application == app_name:
+            return found
     raise TargetError(f"Serve application {app_name!r} has no autoscaling deployment")
 
 
@@ -223,12 +239,13 @@ async def locate(http: httpx.AsyncClient, plan: AutoscalePlan,
                  tries: int = LOCATE_TRIES) -> Deployment:
     """The target's deployment; the dashboard's Serve API answers 5xx for a while after a deploy."""
     path = urlparse(plan.target.base_url).path
+    model = plan.target.model or plan.opts.model
     for _ in range(tries - 1):
         with contextlib.suppress(httpx.HTTPError, ValueError, TargetError):
-            return find_deployment(await read_applications(http, plan.dashboard_url), path)
+            return find_deployment(await read_applications(http, plan.dashboard_url), path, model)
         await asyncio.sleep(1.0)
     try:
-        return find_deployment(await read_applications(http, plan.dashboard_url), path)
+        return find_deployment(await read_applications(http, plan.dashboard_url), path, model)
     except (httpx.HTTPError, ValueError) as err:
         raise TargetError(f"Ray dashboard {plan.dashboard_url}: {describe_http_error(err)}") from None
 
@@ -244,8 +261,14 @@ async def poll_replicas(http: httpx.AsyncClient, plan: AutoscalePlan, run: Run, 
     while len(run.replicas) < MAX_SAMPLES:
         try:
             body = await read_applications(http, plan.dashboard_url)
-            details = body["applications"][dep.application]["deployments"][dep.name]
-            run.replicas.append(replica_sample(time.perf_counter() - t0, details))
+            t = time.perf_counter() - t0
+            for found in autoscaling_deployments(body):
+                details = body["applications"][found.application]["deployments"][found.name]
+                sample = replica_sample(t, details)
+                if found == dep:
+                    run.replicas.append(sample)
+                else:
+                    run.others.setdefault(f"{found.application}/{found.name}", []).append(sample)
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             run.poll_errors["dashboard"] += 1
         await asyncio.sleep(REPLICA_POLL_S)

@@ -41,6 +41,7 @@ def build_document(plan: AutoscalePlan, run: Run) -> dict[str, Any]:
         "figures": figures(run.replicas, run.load_end),
         "requests": request_counts(run.results),
         "replica_startup_s": run.startup_s,
+        "other_deployments": other_deployments(run),
         "poll_errors": dict(run.poll_errors),
         "timeline": {
             "replicas_columns": ["t", "running", "starting", "stopping", "target"],
@@ -50,6 +51,23 @@ def build_document(plan: AutoscalePlan, run: Run) -> dict[str, Any]:
             "queue": [[round(s.t, 2), s.in_flight, s.running, s.waiting] for s in run.queue],
         },
     }
+
+
+def other_deployments(run: Run) -> dict[str, dict[str, int]]:
+    """The most replicas each other autoscaling deployment ran or was asked for meanwhile: a
+    burst on one model must leave the others as they were."""
+    return {
+        name: {"min_running": min(s.running for s in samples),
+               "max_running": max(s.running for s in samples),
+               "max_target": max(s.target for s in samples)}
+        for name, samples in sorted(run.others.items()) if samples
+    }
+
+
+def others_text(document: dict[str, Any]) -> str:
+    others = document.get("other_deployments") or {}
+    return "; ".join(f"{name} ran {o['min_running']}-{o['max_running']} replicas (target at most "
+                     f"{o['max_target']})" for name, o in others.items())
 
 
 def timeline_markers(fig: dict[str, float | None]) -> list[tuple[float, str]]:
@@ -74,7 +92,9 @@ def console_summary(document: dict[str, Any]) -> str:
             f"{_seconds(fig['second_replica_serving_s'])} after the burst began; back to one "
             f"replica {_seconds(fig['back_to_one_s'])} after the load ended; "
             f"{req['completed']}/{req['sent']} completed, {req['refused_with_retry_after']} "
-            f"refused with Retry-After, {req['failed']} failed")
+            f"refused with Retry-After, {req['failed']} failed"
+            + (f"\nmeanwhile the other deployments: {others_text(document)}"
+               if others_text(document) else ""))
 
 
 def summary_markdown(document: dict[str, Any]) -> str:
@@ -89,6 +109,8 @@ def summary_markdown(document: dict[str, Any]) -> str:
                                                  "failed"))]
     if req["failures"]:
         lines.append(f"\nFailures by kind: {req['failures']}")
+    if others_text(document):
+        lines.append(f"\nMeanwhile the other autoscaling deployments: {others_text(document)}.")
     for i, startup in enumerate(document["replica_startup_s"], 1):
         phases = ", ".join(f"{k} {v} s" for k, v in startup.items())
         lines.append(f"\nReplica {i} start-up: {phases}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from serving.loadgen import metrics, require, workloads
+from serving.loadgen import metrics, require, server_counters, workloads
 from serving.loadgen.client import RequestOptions, Target, TargetError, served_models
 from serving.loadgen.compare import BenchOutcome, BenchPlan, run_plan, total_requests
 from serving.loadgen.peers import PEER_NAMES, ray_llm_peer, vllm_peer
@@ -59,6 +59,7 @@ class BenchArgs:
     model_mix: str | None = None
     turns: int = 5
     prefix_len: int = 512
+    context_len: int = 0
 
 
 def parse_targets(items: tuple[str, ...]) -> list[Target]:
@@ -139,7 +140,7 @@ def prompt_requests(args: BenchArgs) -> list[workloads.RequestSpec]:
         tokenizer = load_tokenizer(args.tokenizer_ref)
         if args.prompts == "multi-turn":
             return workloads.multi_turn_requests(
-                num, args.turns, args.input_len, out_len, args.seed, tokenizer
+                num, args.turns, args.input_len, out_len, args.seed, tokenizer, args.context_len
             )
         return workloads.shared_prefix_requests(
             num, args.prefix_len, args.input_len, out_len, args.seed, tokenizer
@@ -219,7 +220,11 @@ def run_bench(args: BenchArgs) -> bool:
         )
         plan = BenchPlan(targets + peer_targets, levels, specs, opts, args.scenario, args.rounds,
                          args.duration, args.stats_interval, slo_ms)
+        metrics_url = server_counters.local_metrics_url(targets)
+        before = server_counters.read_adapter_loads(metrics_url) if metrics_url else None
         outcome = run_with_progress(plan)
+        if metrics_url and before is not None:
+            outcome.document["adapter_loads"] = server_counters.loads_during(before, metrics_url)
     checks = require.evaluate(reqs, outcome.document)
     lines = record_checks(outcome, checks)
     click.echo(console_summary(outcome.document))

@@ -92,6 +92,9 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
               help="multi-turn: turns per conversation (--requests in all).")
 @click.option("--prefix-len", type=click.IntRange(min=1), default=512, show_default=True,
               help="shared-prefix: tokens of the shared system prompt.")
+@click.option("--context-len", type=click.IntRange(min=0), default=0, show_default=True,
+              help="multi-turn: tokens of each conversation's own opening system message (the "
+              "document it is about).")
 @click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--range-ratio", type=float, default=0.0, show_default=True,

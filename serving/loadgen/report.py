@@ -100,6 +100,17 @@ def replica_rows(document: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+LOAD_COLUMNS = ("adapter", "model", "replica", "loads")
+
+
+def load_rows(document: dict[str, Any]) -> list[list[str]]:
+    """LoRA adapter loads per replica during the run (the local platform's counters)."""
+    return [
+        [row["adapter"], row["model"], row["replica"], str(row["loads"])]
+        for row in document.get("adapter_loads") or []
+    ]
+
+
 def text_table(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(columns, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -133,6 +144,9 @@ def console_summary(document: dict[str, Any]) -> str:
         lines += ["per model:", text_table(model_rows(document), MODEL_COLUMNS)]
     if len(replica_rows(document)) > 1:
         lines += ["per replica:", text_table(replica_rows(document), REPLICA_COLUMNS)]
+    if load_rows(document):
+        lines += ["adapter loads during the run (warm-up included):",
+                  text_table(load_rows(document), LOAD_COLUMNS)]
     return "\n".join(lines + ratio_lines(document) + shortfall_lines(document))
 
 
@@ -151,6 +165,9 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
           if model_rows(document) else []),
         *(["## Per replica\n" + markdown_table(replica_rows(document), REPLICA_COLUMNS)]
           if replica_rows(document) else []),
+        *(["## Adapter loads during the run\n" + markdown_table(load_rows(document), LOAD_COLUMNS)
+           + "\n\nEach replica's `llm_serving_adapter_loads_total`, warm-up included."]
+          if load_rows(document) else []),
         "`cache hit`: share of prompt tokens served from the prefix cache (the server's "
         "`usage.prompt_tokens_details.cached_tokens`; `-` when it does not report them).",
         "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),

@@ -182,18 +182,21 @@ def chat_request(messages: list[dict[str, str]], output_len: int, input_len: int
 
 def multi_turn_requests(
     num: int, turns: int, input_len: int, output_len: int, seed: int,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: Tokenizer | None = None, context_len: int = 0,
 ) -> list[RequestSpec]:
     """Conversations of `turns` turns (ceil(num / turns) of them, `num` requests in all): each
     turn resends the whole history, as chat clients do, with a fixed stand-in for the model's
     earlier answers (so every target gets the same prompts), and asks a new `input_len`-token
-    question. Turn k+1 of a conversation goes out after turn k's answer."""
-    if turns < 1 or input_len < 1 or output_len < 1:
+    question; with `context_len`, each conversation opens with its own system message of that
+    many tokens (the document it is about). Turn k+1 goes out after turn k's answer."""
+    if turns < 1 or input_len < 1 or output_len < 1 or context_len < 0:
         raise WorkloadError("turns, input and output lengths must be at least 1")
     rng = np.random.default_rng(seed)
     specs: list[RequestSpec] = []
     for conversation in range(math.ceil(num / turns)):
         history: list[dict[str, str]] = []
+        if context_len:
+            history.append({"role": "system", "content": synthetic_text(rng, context_len, tokenizer)})
         for _ in range(turns):
             question = synthetic_text(rng, input_len, tokenizer)
             history.append({"role": "user", "content": question})

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -118,16 +119,28 @@ def http(platform: Platform) -> Iterator[httpx.Client]:
 
 
 @contextlib.contextmanager
-def extra_app(name: str, route_prefix: str, application) -> Iterator[None]:
+def extra_app(name: str, route_prefix: str | None, application) -> Iterator[None]:
     """Deploy one more Serve application into the running test platform, removed afterwards."""
+    with extra_apps([(name, route_prefix, application)]):
+        yield
+
+
+@contextlib.contextmanager
+def extra_apps(apps: list[tuple[str, str | None, Any]]) -> Iterator[None]:
+    """Deploy more Serve applications (name, route prefix or None, application) into the running
+    test platform, in order, all removed afterwards."""
     import ray
     from ray import serve
 
     ray.init(address="auto", namespace="llm-serving", logging_level="ERROR", log_to_driver=False,
              ignore_reinit_error=True)
-    serve.run(application, name=name, route_prefix=route_prefix)
+    deployed = []
     try:
+        for name, route_prefix, application in apps:
+            serve.run(application, name=name, route_prefix=route_prefix)
+            deployed.append(name)
         yield
     finally:
-        serve.delete(name)
+        for name in reversed(deployed):
+            serve.delete(name)
         ray.shutdown()  # leave the cluster before the session's `llm-serving down` stops it

@@ -40,6 +40,27 @@ def test_the_longest_route_prefix_picks_the_application() -> None:
     assert autoscale.find_deployment(applications(), "/autoscalex/v1").application == "vllm"
 
 
+def test_a_model_behind_the_models_endpoint_picks_its_own_application() -> None:
+    body = applications()
+    body["applications"]["vllm-b"] = {"route_prefix": None, "deployments": {
+        "ModelEntry": deployment(["RUNNING"], 1),
+        "VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 3})}}
+    found = autoscale.find_deployment(body, "/v1", model="b")
+    assert (found.application, found.name) == ("vllm-b", "VLLMServer")
+    assert autoscale.find_deployment(body, "/v1", model="other").application == "vllm"
+    names = {(d.application, d.name) for d in autoscale.autoscaling_deployments(body)}
+    assert names == {("vllm", "VLLMServer"), ("autoscale", "VLLMServer"), ("vllm-b", "VLLMServer")}
+
+
+def test_the_report_shows_what_the_other_deployments_did() -> None:
+    run = autoscale.Run(autoscale.Deployment("vllm-a", "VLLMServer", {}))
+    run.others["vllm-b/VLLMServer"] = [ReplicaSample(0, 1, 0, 0, 1), ReplicaSample(1, 1, 0, 0, 1)]
+    others = autoscale_report.other_deployments(run)
+    assert others == {"vllm-b/VLLMServer": {"min_running": 1, "max_running": 1, "max_target": 1}}
+    assert "vllm-b/VLLMServer ran 1-1 replicas" in autoscale_report.others_text(
+        {"other_deployments": others})
+
+
 def test_an_application_without_autoscaling_is_an_error() -> None:
     with pytest.raises(TargetError, match="no autoscaling deployment"):
         autoscale.find_deployment(applications(), "/analysis/x")

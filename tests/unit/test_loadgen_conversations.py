@@ -123,3 +123,11 @@ def test_bench_runs_chat_workloads_end_to_end(workload: str, tmp_path: Path) -> 
     result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["fake"]
     assert result["completed"] == 6
     assert "cache hit" in run.output
+
+
+def test_each_conversation_may_open_with_its_own_context() -> None:
+    specs = workloads.multi_turn_requests(4, 2, 3, 2, seed=0, context_len=12)
+    contexts = [s.messages[0]["content"] for s in specs if s.messages]
+    assert all(s.messages and s.messages[0]["role"] == "system" for s in specs)
+    assert contexts[0] == contexts[1] != contexts[2] == contexts[3]  # one per conversation
+    assert len(contexts[0].split()) == 12

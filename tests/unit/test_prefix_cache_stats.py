@@ -53,3 +53,23 @@ def test_hit_rates_per_replica_from_a_prometheus_page() -> None:
     rows = prefix_cache_by_replica(PAGE)
     assert rows[("a", "r1")] == (1000.0, 750.0)
     assert rows[("a", "r2")] == pytest.approx((400.0, 0.0))
+
+
+def test_adapter_loads_during_a_run_are_the_counter_differences(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from serving.loadgen import server_counters
+
+    page = (
+        "# TYPE ray_llm_serving_adapter_loads_total counter\n"
+        'ray_llm_serving_adapter_loads_total{adapter="a",model="m",replica="r1"} 3.0\n'
+        'ray_llm_serving_adapter_loads_total{adapter="b",model="m",replica="r2"} 1.0\n'
+    )
+    before = {("a", "m", "r1"): 2.0, ("b", "m", "r2"): 1.0}
+    monkeypatch.setattr(server_counters, "EXPORT_LAG_S", 0.0)
+    monkeypatch.setattr(server_counters, "read_adapter_loads",
+                        lambda url: server_counters.counter_values(
+                            page, server_counters.ADAPTER_LOADS, ("adapter", "model", "replica")))
+    rows = server_counters.loads_during(before, "http://127.0.0.1:1/metrics")
+    assert rows == [{"adapter": "a", "model": "m", "replica": "r1", "loads": 1}]
+    assert server_counters.loads_during(None, "http://127.0.0.1:1/metrics") is None

@@ -12,8 +12,10 @@ from serving.k8s import serve_config
 from serving.routing import (
     PrefixAffinityRouter,
     RandomRouter,
+    SESSION_IDLE_S,
     RoutingHint,
     SessionAffinityRouter,
+    SessionTable,
     rendezvous_rank,
 )
 
@@ -78,3 +80,24 @@ def test_random_policy_offers_every_replica_once() -> None:
     ranks = asyncio.run(router.choose_replicas(replicas(4)))
     assert all(len(rank) == 1 for rank in ranks)
     assert sorted(rank[0].replica_id.unique_id for rank in ranks) == ["r0", "r1", "r2", "r3"]
+
+
+def test_a_few_sessions_spread_evenly_and_stay_put() -> None:
+    table = SessionTable()
+    ids = ["r0", "r1"]
+    first = {f"s{i}": table.place(f"s{i}", ids, now=0.0)[0] for i in range(8)}
+    assert Counter(first.values()) == {"r0": 4, "r1": 4}
+    assert all(table.place(s, ids, now=1.0)[0] == r for s, r in first.items())
+    # a third replica takes new sessions; a gone replica's sessions move, the others stay
+    assert table.place("new", ["r0", "r1", "r2"], now=2.0)[0] == "r2"
+    moved = {s: table.place(s, ["r1", "r2"], now=3.0)[0] for s in first}
+    assert all(moved[s] == "r1" for s, r in first.items() if r == "r1")
+    assert all(moved[s] in ("r1", "r2") for s in first)
+
+
+def test_idle_sessions_stop_counting() -> None:
+    table = SessionTable()
+    for i in range(4):
+        table.place(f"old{i}", ["r0"], now=0.0)
+    assert table.place("fresh", ["r0", "r1"], now=SESSION_IDLE_S + 1)[0] in ("r0", "r1")
+    assert list(table.placed) == ["fresh"]

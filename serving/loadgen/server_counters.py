@@ -1,0 +1,54 @@
+"""Platform counters read around a run: how many times each replica loaded each LoRA adapter
+while the run's requests (warm-up included) were served, from the local platform's Prometheus
+endpoint (Ray's node exporter). Targets that are not the local platform have no such counters."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from serving.loadgen.client import Target
+from serving.metrics import ADAPTER_LOADS, counter_values
+
+# Ray's metrics agent exports every RAY_metrics_report_interval_ms (2 s, serving.config.ray_env):
+# waiting a little longer makes the last loads of a run visible.
+EXPORT_LAG_S = 5.0
+
+Loads = dict[tuple[str, ...], float]
+
+
+def local_metrics_url(targets: list[Target]) -> str | None:
+    """The local platform's Prometheus endpoint when a target is that platform."""
+    from serving.local import load_state
+
+    state = load_state()
+    if state is None:
+        return None
+    origin = state.api_url.rstrip("/").removesuffix("/v1")
+    return state.metrics_url if any(t.origin == origin for t in targets) else None
+
+
+def read_adapter_loads(metrics_url: str) -> Loads | None:
+    """(adapter, model, replica) -> loads since each replica started; None when unreadable."""
+    try:
+        text = httpx.get(metrics_url, timeout=10).text
+        return counter_values(text, ADAPTER_LOADS, ("adapter", "model", "replica"))
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def loads_during(before: Loads | None, metrics_url: str) -> list[dict[str, object]] | None:
+    """Loads between `before` and now (after the export lag), one row per adapter and replica."""
+    if before is None:
+        return None
+    time.sleep(EXPORT_LAG_S)
+    after = read_adapter_loads(metrics_url)
+    if after is None:
+        return None
+    rows = []
+    for (adapter, model, replica), value in sorted(after.items()):
+        loads = value - before.get((adapter, model, replica), 0.0)
+        if loads > 0:
+            rows.append({"adapter": adapter, "model": model, "replica": replica, "loads": int(loads)})
+    return rows
