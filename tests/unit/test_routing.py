@@ -75,6 +75,51 @@ def test_the_prefix_router_takes_a_request_without_text() -> None:
     assert router._extract_text_from_request(request) == "hi"
 
 
+class FakeTree:
+    """The prefix tree actor's two calls the router makes, awaitable as Ray's ObjectRefs are."""
+
+    def __init__(self, matched: str, tenants: list[str] | None) -> None:
+        self.prefix_match = SimpleNamespace(remote=lambda text, ids: self.answer(matched, tenants))
+        self.inserted: list[tuple[str, str]] = []
+        self.insert = SimpleNamespace(remote=lambda text, rid, at: self.inserted.append((text, rid)))
+
+    async def answer(self, matched: str, tenants: list[str] | None):
+        return matched, tenants
+
+
+def prefix_router(tree: FakeTree) -> PrefixAffinityRouter:
+    router = PrefixAffinityRouter.__new__(PrefixAffinityRouter)
+    router._tree_actor, router._match_rate_threshold = tree, 0.1
+    return router
+
+
+def full_ids(candidates: list) -> list:
+    for replica in candidates:
+        replica.replica_id.to_full_id_str = lambda rid=replica.replica_id.unique_id: rid
+    return candidates
+
+
+def test_a_prompt_matching_a_replica_goes_there_and_no_match_goes_by_two_choices() -> None:
+    request = SimpleNamespace(args=[{}, b"", RoutingHint("hello world, how are you")])
+    candidates = full_ids(replicas(2))
+    chosen = asyncio.run(prefix_router(FakeTree("hello world", ["r1"]))
+                         ._prefix_match_best_replicas(request, candidates))
+    assert chosen == [[candidates[1]]]
+    for matched, tenants in (("h", ["r1"]), ("", None)):  # under 10 % of the prompt, or nothing
+        chosen = asyncio.run(prefix_router(FakeTree(matched, tenants))
+                             ._prefix_match_best_replicas(request, candidates))
+        assert chosen == [[]]  # Ray's choose_replicas then takes its power-of-two choice
+
+
+def test_the_prefix_router_records_prompts_but_not_calls_without_text() -> None:
+    tree = FakeTree("", None)
+    router = prefix_router(tree)
+    rid = SimpleNamespace(to_full_id_str=lambda: "r0")
+    router.on_request_routed(SimpleNamespace(args=[{}, b"", RoutingHint("hello")]), rid, None)
+    router.on_request_routed(SimpleNamespace(args=["adapter-a", "/path"]), rid, None)
+    assert tree.inserted == [("hello", "r0")]
+
+
 def test_random_policy_offers_every_replica_once() -> None:
     router = RandomRouter.__new__(RandomRouter)  # no Serve state needed here
     ranks = asyncio.run(router.choose_replicas(replicas(4)))
