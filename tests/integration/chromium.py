@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -121,12 +123,27 @@ def chromium_command(profile: Path, width: int, height: int) -> list[str]:
     ]
 
 
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the browser and its helpers, SIGKILL to whatever is left after 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 @contextlib.contextmanager
 def chromium(width: int = 1280, height: int = 900) -> Iterator[Page]:
     """A headless Chromium with one tab, closed (and its profile removed) afterwards."""
-    with tempfile.TemporaryDirectory() as profile_dir:
+    # Chromium's helpers (renderer, crashpad) can still write into the profile for a moment after
+    # the browser exits: kill its whole process group, and let a late file not fail the test.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile_dir:
         profile = Path(profile_dir)
-        process = subprocess.Popen(chromium_command(profile, width, height),
+        process = subprocess.Popen(chromium_command(profile, width, height), start_new_session=True,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             url = page_socket_url(devtools_port(profile, process))
@@ -135,9 +152,4 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Page]:
                 page.send("Page.enable")
                 yield page
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process_group(process)
