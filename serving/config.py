@@ -60,13 +60,17 @@ class AdapterConfig(StrictModel):
     )
 
 
-RoutingPolicy = Literal["power_of_two", "prefix_cache", "session", "random"]
-# Serve request router of each policy (serving/routing.py says what each does).
-ROUTER_CLASSES: dict[str, str] = {
-    "power_of_two": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",
-    "prefix_cache": "serving.routing:PrefixAffinityRouter",
-    "session": "serving.routing:SessionAffinityRouter",
-    "random": "serving.routing:RandomRouter",
+RoutingPolicy = Literal["power_of_two", "prefix_cache", "session", "load_aware", "random"]
+# Serve's `request_router_config` of each policy (serving/routing.py says what each does); none
+# for Serve's default. load_aware reads each engine's KV-cache use every second (Serve's default:
+# every 10 s).
+ROUTER_CONFIGS: dict[str, dict[str, Any]] = {
+    "power_of_two": {},
+    "prefix_cache": {"request_router_class": "serving.routing:PrefixAffinityRouter"},
+    "session": {"request_router_class": "serving.routing:SessionAffinityRouter"},
+    "load_aware": {"request_router_class": "serving.routing:LoadAwareRouter",
+                   "request_routing_stats_period_s": 1.0},
+    "random": {"request_router_class": "serving.routing:RandomRouter"},
 }
 
 
@@ -106,8 +110,9 @@ class VLLMReplicaSettings(ReplicaScaling):
         description="How requests through the `models` endpoint pick a replica of this model: "
         "power_of_two (the less loaded of two), prefix_cache (the replica whose KV cache likely "
         "holds the prompt's prefix, Ray's PrefixCacheAffinityRouter), session (one replica per "
-        "`x-session-id` header or OpenAI `user`), random (any replica: a baseline for "
-        "measurements). power_of_two and session prefer a replica holding the request's adapter.",
+        "`x-session-id` header or OpenAI `user`), load_aware (the lowest score of ongoing "
+        "requests and KV-cache use), random (any replica: a baseline for measurements). "
+        "power_of_two, session and load_aware prefer a replica holding the request's adapter.",
     )
 
 

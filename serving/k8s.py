@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving.config import ROUTER_CLASSES, PlatformConfig, VLLMReplicaSettings
+from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMReplicaSettings
 from serving.k8s_schema import chart_properties, value_comments
 
 APP_NAMES = ("vllm", "hf", "analysis")  # serving.app.build_apps order
@@ -81,9 +81,8 @@ def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
 
 def router_option(policy: str) -> dict[str, Any]:
     """The deployment's Serve request router; none for Serve's default (power of two)."""
-    if policy == "power_of_two":
-        return {}
-    return {"request_router_config": {"request_router_class": ROUTER_CLASSES[policy]}}
+    config = ROUTER_CONFIGS[policy]
+    return {"request_router_config": config} if config else {}
 
 
 def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """How the model router picks a replica of a model: each model's `routing` in the config names a
-Serve request router (`request_router_config` of its deployment, `ROUTER_CLASSES` in
+Serve request router (`request_router_config` of its deployment, `ROUTER_CONFIGS` in
 serving/config.py), which sees the `RoutingHint` the router passes with every request.
 
 - power_of_two: Serve's default; the less loaded of two random replicas.
@@ -10,6 +10,10 @@ serving/config.py), which sees the `RoutingHint` the router passes with every re
   the same replica, so a conversation's history stays in one KV cache: a new session goes to the
   replica with the fewest live sessions (ties: rendezvous hashing), so a few conversations spread
   evenly; the next-ranked replica takes it when that one is full. No session: power of two.
+- load_aware: the replica with the lowest load score, its share of ongoing requests (the
+  router's count) plus its engine's KV-cache use (`record_routing_stats` on the replica, polled
+  by Serve's controller every second), as llm-d's queue and KV-cache scorers:
+  of two replicas with as many requests, the one holding shorter contexts.
 - random: any replica, uniformly, blind to load, adapters and caches: the baseline the others
   are measured against."""
 
@@ -80,6 +84,12 @@ class SessionTable:
         return [own] + [replica for replica in ranked if replica != own]
 
 
+def load_score(ongoing: int, max_ongoing: int, kv_cache_usage: float) -> float:
+    """How loaded a replica is, from 0 (idle) to 2 (full queue, full KV cache): its ongoing
+    requests as a share of its limit plus the share of its KV cache in use, weighted equally."""
+    return ongoing / max(1, max_ongoing) + kv_cache_usage
+
+
 def hint_of(pending_request: Any) -> RoutingHint | None:
     """The request's hint, found by its fields, not its class: the router Serve runs may be a
     copy of this module's class (shipped pickled), whose RoutingHint is another class object."""
@@ -144,13 +154,39 @@ class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def two_choices(self, candidate_replicas: list[Any], pending_request: Any) -> list[list[Any]]:
         """Power of two choices among the replicas holding the request's adapter when some
         do (Serve's multiplexing), else among all."""
-        candidates = candidate_replicas
-        metadata = getattr(pending_request, "metadata", None)
-        if getattr(metadata, "multiplexed_model_id", None):
-            holders = self.apply_multiplex_routing(pending_request=pending_request)
-            by_id = {r.replica_id: r for r in candidate_replicas}
-            candidates = [by_id[rid] for rid in holders if rid in by_id] or candidate_replicas
+        candidates = adapter_holders(self, candidate_replicas, pending_request)
         return [random.sample(candidates, min(2, len(candidates)))]
+
+
+def adapter_holders(router: MultiplexMixin, candidate_replicas: list[Any],
+                    pending_request: Any) -> list[Any]:
+    """The candidates holding the request's adapter when some do (Serve's multiplexing), else
+    all of them."""
+    metadata = getattr(pending_request, "metadata", None)
+    if not getattr(metadata, "multiplexed_model_id", None):
+        return candidate_replicas
+    holders = router.apply_multiplex_routing(pending_request=pending_request)
+    by_id = {r.replica_id: r for r in candidate_replicas}
+    return [by_id[rid] for rid in holders if rid in by_id] or candidate_replicas
+
+
+class LoadAwareRouter(MultiplexMixin, RequestRouter):
+    """Replicas ranked by `load_score`, least loaded first (ties in random order), among those
+    holding the request's adapter when some do. Ongoing requests come from the router's own
+    count (fresh at every request), KV-cache use from the engine's latest routing stats."""
+
+    async def choose_replicas(self, candidate_replicas: list[Any],
+                              pending_request: Any = None) -> list[list[Any]]:
+        candidates = adapter_holders(self, candidate_replicas, pending_request)
+        shuffled = random.sample(candidates, len(candidates))
+        return [[replica] for replica in sorted(shuffled, key=self.score)]
+
+    def score(self, replica: Any) -> float:
+        stats = replica.routing_stats or {}
+        ongoing = self.replica_queue_len_cache.get(replica.replica_id)
+        if ongoing is None:  # not routed to lately: the engine's own count
+            ongoing = stats.get("running", 0) + stats.get("waiting", 0)
+        return load_score(ongoing, replica.max_ongoing_requests, stats.get("kv_cache_usage", 0.0))
 
 
 class RandomRouter(RequestRouter):

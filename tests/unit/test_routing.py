@@ -10,12 +10,14 @@ from types import SimpleNamespace
 from serving.config import parse_config
 from serving.k8s import serve_config
 from serving.routing import (
+    LoadAwareRouter,
     PrefixAffinityRouter,
     RandomRouter,
     SESSION_IDLE_S,
     RoutingHint,
     SessionAffinityRouter,
     SessionTable,
+    load_score,
     rendezvous_rank,
 )
 
@@ -146,3 +148,40 @@ def test_idle_sessions_stop_counting() -> None:
         table.place(f"old{i}", ["r0"], now=0.0)
     assert table.place("fresh", ["r0", "r1"], now=SESSION_IDLE_S + 1)[0] in ("r0", "r1")
     assert list(table.placed) == ["fresh"]
+
+
+def loaded_replica(name: str, stats: dict, limit: int = 8) -> SimpleNamespace:
+    return SimpleNamespace(replica_id=name, routing_stats=stats, max_ongoing_requests=limit)
+
+
+def load_aware_ranks(candidates: list[SimpleNamespace], ongoing: dict[str, int],
+                     holders: set[str] | None = None) -> list[str]:
+    router = LoadAwareRouter.__new__(LoadAwareRouter)  # no Serve state but these two
+    router._replica_queue_len_cache = SimpleNamespace(get=ongoing.get)
+    router.apply_multiplex_routing = lambda pending_request: holders
+    metadata = SimpleNamespace(multiplexed_model_id="adapter" if holders else "")
+    ranks = asyncio.run(router.choose_replicas(candidates, SimpleNamespace(metadata=metadata)))
+    assert all(len(rank) == 1 for rank in ranks)
+    return [rank[0].replica_id for rank in ranks]
+
+
+def test_load_score_weighs_queue_share_and_kv_cache_use_alike() -> None:
+    assert load_score(0, 8, 0.0) == 0.0
+    assert load_score(8, 8, 1.0) == 2.0
+    assert load_score(4, 8, 0.0) == load_score(0, 8, 0.5)
+
+
+def test_load_aware_prefers_fewer_requests_then_shorter_contexts() -> None:
+    short, long_ = loaded_replica("short", {"kv_cache_usage": 0.1}), loaded_replica(
+        "long", {"kv_cache_usage": 0.7})
+    assert load_aware_ranks([long_, short], {"short": 2, "long": 2}) == ["short", "long"]
+    assert load_aware_ranks([long_, short], {"short": 7, "long": 2}) == ["long", "short"]
+    # a replica this router has not sent to lately counts what its engine reports
+    busy = loaded_replica("busy", {"running": 6, "waiting": 2, "kv_cache_usage": 0.1})
+    assert load_aware_ranks([busy, short], {"short": 2}) == ["short", "busy"]
+
+
+def test_load_aware_keeps_an_adapters_requests_on_its_holders() -> None:
+    idle, holder = loaded_replica("idle", {}), loaded_replica("holder", {"kv_cache_usage": 0.5})
+    assert load_aware_ranks([idle, holder], {"holder": 4}, holders={"holder"}) == ["holder"]
+    assert load_aware_ranks([idle, holder], {"holder": 4}) == ["idle", "holder"]

@@ -94,12 +94,13 @@ router: [serving.app:router_app, /]
 model: [serving.app:model_app, null]
 {{- end -}}
 
-{{/* serving.config.ROUTER_CLASSES: Serve's request router of each models[].routing policy. */}}
-{{- define "llm-serving.routerClasses" -}}
-power_of_two: "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter"
-prefix_cache: "serving.routing:PrefixAffinityRouter"
-session: "serving.routing:SessionAffinityRouter"
-random: "serving.routing:RandomRouter"
+{{/* serving.config.ROUTER_CONFIGS: Serve's request_router_config of each models[].routing policy. */}}
+{{- define "llm-serving.routerConfigs" -}}
+power_of_two: {}
+prefix_cache: {request_router_class: "serving.routing:PrefixAffinityRouter"}
+session: {request_router_class: "serving.routing:SessionAffinityRouter"}
+load_aware: {request_router_class: "serving.routing:LoadAwareRouter", request_routing_stats_period_s: 1.0}
+random: {request_router_class: "serving.routing:RandomRouter"}
 {{- end -}}
 
 {{/* Settings without the deployment options Serve applies in place (serving.k8s.NOT_IN_ARGS)
@@ -195,7 +196,7 @@ name), so a change to one model restarts that model alone.
 {{- define "llm-serving.modelApplications" -}}
 {{- $platform := .Values.platform -}}
 {{- $table := include "llm-serving.appTable" . | fromYaml -}}
-{{- $routers := include "llm-serving.routerClasses" . | fromYaml -}}
+{{- $routers := include "llm-serving.routerConfigs" . | fromYaml -}}
 {{- $shared := dict -}}
 {{- range $key := list "auth" "limits" -}}
 {{- if hasKey $platform $key -}}{{- $_ := set $shared $key (get $platform $key) -}}{{- end -}}
@@ -209,9 +210,9 @@ name), so a change to one model restarts that model alone.
 {{- $vllm := include "llm-serving.withoutServeOptions" (dict "section" $entry "also" (list "name" "model")) | fromYaml -}}
 {{- if $vllm -}}{{- $_ = set $args "vllm" $vllm -}}{{- end -}}
 {{- $options := include "llm-serving.deploymentOptions" (dict "name" "vllm" "app" $entry) | fromYaml -}}
-{{- $routing := $entry.routing | default "power_of_two" -}}
-{{- if ne $routing "power_of_two" -}}
-{{- $_ = set $options "request_router_config" (dict "request_router_class" (get $routers $routing)) -}}
+{{- $router := get $routers ($entry.routing | default "power_of_two") -}}
+{{- if $router -}}
+{{- $_ = set $options "request_router_config" $router -}}
 {{- end -}}
 {{- $apps = append $apps (dict "name" (printf "vllm-%s" $entry.name) "import_path" (index $table.model 0) "route_prefix" nil "args" $args "deployments" (list $options)) -}}
 {{- end -}}
