@@ -70,10 +70,11 @@ def _sums(text: str, apps: tuple[str, ...]) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
-            if "application" in labels:
-                ours = labels["application"] in apps
-            else:
-                ours = labels.get("engine") == VLLM_APP
+            ours = (
+                labels["application"] in apps
+                if "application" in labels
+                else labels.get("engine") == VLLM_APP
+            )
             if ours:
                 sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
     return sums
@@ -153,10 +154,15 @@ def model_statuses(config: PlatformConfig, rayservice: dict[str, Any] | None) ->
     for entry in config.models:
         app = apps.get(entry.app_name) or {}
         state = app.get("status")
-        found.append(ModelStatus(
-            name=entry.name, app=entry.app_name, status=state, ready=state == RUNNING,
-            message=app.get("message") or None,
-        ))
+        found.append(
+            ModelStatus(
+                name=entry.name,
+                app=entry.app_name,
+                status=state,
+                ready=state == RUNNING,
+                message=app.get("message") or None,
+            )
+        )
     return found
 
 

@@ -42,8 +42,11 @@ def build_demo_adapter(model_dir: Path, out_dir: Path, seed: int) -> None:
     torch.manual_seed(seed)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = LoraConfig(
-        r=DEMO_RANK, lora_alpha=2 * DEMO_RANK, target_modules=list(DEMO_TARGETS),
-        init_lora_weights=False, task_type="CAUSAL_LM",
+        r=DEMO_RANK,
+        lora_alpha=2 * DEMO_RANK,
+        target_modules=list(DEMO_TARGETS),
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
     )
     get_peft_model(base, config).save_pretrained(out_dir)
 

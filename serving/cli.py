@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from serving.analysis.cli import analyze
-from serving.conformance.cli import conformance
-from serving.config import ConfigError, ModelConfig, PlatformConfig, load_config
 from operators.crd import crd_command
+from serving.analysis.cli import analyze
+from serving.config import ConfigError, ModelConfig, PlatformConfig, load_config
+from serving.conformance.cli import conformance
 from serving.k8s_cli import render
 from serving.loadgen.cli import bench
 from serving.loadgen.vllm_client import vllm_bench
@@ -63,8 +63,12 @@ def apply_overrides(config: PlatformConfig, model: str | None, port: int | None)
 
 def print_ready(ep: Any) -> None:
     curl_body = json.dumps(
-        {"model": ep.model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-         "max_tokens": 32, "temperature": 0}
+        {
+            "model": ep.model,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 32,
+            "temperature": 0,
+        }
     )
     click.echo("llm-serving is up")
     click.echo(f"  model          {ep.model}")
@@ -90,14 +94,22 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML.")
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML."
+)
 @click.option("--model", help="Model reference: HF id, local dir, 'default' or 'tiny-qwen2'.")
 @click.option("--port", type=int, help="HTTP port of the API.")
 @click.option("--detach", is_flag=True, help="Return once every app is healthy; stop with `down`.")
-@click.option("--timeout", default=600.0, show_default=True,
-              help="Seconds to wait for every app to deploy and answer its health check.")
+@click.option(
+    "--timeout",
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for every app to deploy and answer its health check.",
+)
 @one_line_errors
-def up(config_path: str | None, model: str | None, port: int | None, detach: bool, timeout: float) -> None:
+def up(
+    config_path: str | None, model: str | None, port: int | None, detach: bool, timeout: float
+) -> None:
     """Start a local Ray head, deploy every app, print the URLs."""
     from serving import local
 
@@ -136,10 +148,19 @@ def up(config_path: str | None, model: str | None, port: int | None, detach: boo
 
 
 @main.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="The changed platform config YAML.")
-@click.option("--timeout", default=600.0, show_default=True,
-              help="Seconds to wait for every app to run and answer its health check.")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The changed platform config YAML.",
+)
+@click.option(
+    "--timeout",
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for every app to run and answer its health check.",
+)
 @one_line_errors
 def apply(config_path: str, timeout: float) -> None:
     """Apply a changed config to the running platform, as a RayService upgrade does. Replica
@@ -224,8 +245,10 @@ def status(as_json: bool) -> None:
     if caches:
         click.echo("prefix cache (prompt tokens found / looked up, since each replica started):")
     for row in caches:
-        click.echo(f"  {row['model']} replica {row['replica']}: {row['hit_rate']:.0%} of "
-                   f"{row['queries']:.0f}")
+        click.echo(
+            f"  {row['model']} replica {row['replica']}: {row['hit_rate']:.0%} of "
+            f"{row['queries']:.0f}"
+        )
     click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}  metrics {ep.metrics_url}")
 
 
@@ -244,7 +267,9 @@ def adapters() -> None:
 
 
 @adapters.command("demo")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML.")
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML."
+)
 @one_line_errors
 def adapters_demo(config_path: str | None) -> None:
     """Build the config's `demo:NAME` adapters (random-initialised LoRA, saved with peft) into the

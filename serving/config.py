@@ -49,13 +49,14 @@ class ModelConfig(StrictModel):
         return self.served_name or self.ref
 
 
-
 class AdapterConfig(StrictModel):
     name: str = Field(
         ..., min_length=1, description="Name clients pass as `model` to use the adapter."
     )
     path: str = Field(
-        ..., min_length=1, description="The LoRA adapter: a local directory (as `peft` saves one) "
+        ...,
+        min_length=1,
+        description="The LoRA adapter: a local directory (as `peft` saves one) "
         "or a Hugging Face id.",
     )
 
@@ -68,8 +69,10 @@ ROUTER_CONFIGS: dict[str, dict[str, Any]] = {
     "power_of_two": {},
     "prefix_cache": {"request_router_class": "serving.routing:PrefixAffinityRouter"},
     "session": {"request_router_class": "serving.routing:SessionAffinityRouter"},
-    "load_aware": {"request_router_class": "serving.routing:LoadAwareRouter",
-                   "request_routing_stats_period_s": 1.0},
+    "load_aware": {
+        "request_router_class": "serving.routing:LoadAwareRouter",
+        "request_routing_stats_period_s": 1.0,
+    },
     "random": {"request_router_class": "serving.routing:RandomRouter"},
 }
 
@@ -118,14 +121,18 @@ class VLLMReplicaSettings(ReplicaScaling):
 
 class VLLMDeploymentConfig(VLLMReplicaSettings):
     enabled: bool = Field(True, description="Serve the vLLM application.")
-    route_prefix: str = Field("/", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+    route_prefix: str = Field(
+        "/", description="HTTP prefix; the OpenAI routes sit under it at /v1."
+    )
 
 
 class ServedModelConfig(VLLMReplicaSettings):
     """One model of a multi-model platform: its own vLLM deployment behind the one endpoint."""
 
     name: str = Field(
-        ..., min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        ...,
+        min_length=1,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="Name clients pass as `model` (letters, digits, '.', '_', '-'); also names "
         "its Serve application (`vllm-NAME`).",
     )
@@ -144,10 +151,14 @@ HFMode = Literal["generate", "no-cache", "kv-cache", "static-batch"]
 
 class HFDeploymentConfig(ReplicaScaling):
     enabled: bool = Field(True, description="Serve the transformers baseline application.")
-    route_prefix: str = Field("/hf", description="HTTP prefix; the OpenAI routes sit under it at /v1.")
+    route_prefix: str = Field(
+        "/hf", description="HTTP prefix; the OpenAI routes sit under it at /v1."
+    )
     max_ongoing_requests: int = Field(
-        8, gt=0, description="Requests one replica works on at once (the baseline does not batch "
-        "continuously; static-batch mode batches what arrives within a window)."
+        8,
+        gt=0,
+        description="Requests one replica works on at once (the baseline does not batch "
+        "continuously; static-batch mode batches what arrives within a window).",
     )
     backpressure: BackpressureSettings = Field(
         default_factory=lambda: BackpressureSettings(max_queued_requests=32),
@@ -264,7 +275,9 @@ class RayConfig(StrictModel):
 
 
 class PlatformConfig(StrictModel):
-    model: ModelConfig = Field(default_factory=ModelConfig, description="The model every app serves.")
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="The model every app serves."
+    )
     http: HTTPConfig = Field(default_factory=HTTPConfig, description="Serve's HTTP proxy.")
     ray: RayConfig = Field(default_factory=RayConfig, description="The local Ray head (`up`).")
     vllm: VLLMDeploymentConfig = Field(
@@ -296,7 +309,8 @@ class PlatformConfig(StrictModel):
         # Compared with the defaults, not by fields set: a dumped-and-reloaded config sets all.
         default = VLLMDeploymentConfig()
         shared = [
-            key for key in VLLMReplicaSettings.model_fields
+            key
+            for key in VLLMReplicaSettings.model_fields
             if getattr(self.vllm, key) != getattr(default, key)
         ]
         if shared:
@@ -318,8 +332,11 @@ class PlatformConfig(StrictModel):
         settings = entry.model_dump(exclude={"name", "model"}, exclude_unset=True)
         # Only the sections this config sets: the model's serve config args then carry what
         # was written (as every app's do), and the chart renders the same args.
-        shared = {key: getattr(self, key) for key in ("auth", "limits", "http", "ray")
-                  if key in self.model_fields_set}
+        shared = {
+            key: getattr(self, key)
+            for key in ("auth", "limits", "http", "ray")
+            if key in self.model_fields_set
+        }
         return PlatformConfig(
             model=entry.model.model_copy(update={"served_name": entry.name}),
             vllm=VLLMDeploymentConfig.model_validate(settings),

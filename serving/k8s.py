@@ -26,8 +26,11 @@ def app_builders() -> dict[str, Callable[..., Any]]:
     from serving import app
 
     return {
-        "vllm": app.vllm_app, "hf": app.hf_app, "analysis": app.analysis_app,
-        "router": app.router_app, "model": app.model_app,
+        "vllm": app.vllm_app,
+        "hf": app.hf_app,
+        "analysis": app.analysis_app,
+        "router": app.router_app,
+        "model": app.model_app,
     }
 
 
@@ -47,8 +50,14 @@ DEPLOYMENT_NAMES = {"vllm": "VLLMServer", "hf": "HFBaseline", "analysis": "Analy
 # Fields kept out of `args`: Serve applies the deployment options to running replicas in place
 # (serve config `deployments`), and the app's own entry carries `enabled` and `route_prefix`.
 NOT_IN_ARGS = (
-    "enabled", "route_prefix", "num_replicas", "autoscaling", "max_ongoing_requests",
-    "backpressure", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
+    "enabled",
+    "route_prefix",
+    "num_replicas",
+    "autoscaling",
+    "max_ongoing_requests",
+    "backpressure",
+    "graceful_shutdown_timeout_s",
+    "graceful_shutdown_wait_loop_s",
     "max_surge_percent",
 )
 
@@ -74,7 +83,8 @@ def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
     serve_options = settings.replica_options()
     backpressure = serve_options.pop("backpressure_config")
     serve_options["backpressure_config"] = {
-        "status_code": backpressure.status_code, "retry_after_s": backpressure.retry_after_s,
+        "status_code": backpressure.status_code,
+        "retry_after_s": backpressure.retry_after_s,
     }
     return options | serve_options
 
@@ -121,13 +131,17 @@ def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
     models = []
     for entry in config.models:
         platform = config.model_platform(entry)
-        models.append({
-            "name": entry.app_name,
-            "import_path": import_path(app_builders()["model"]),
-            "route_prefix": None,
-            "args": app_args(platform, "vllm"),
-            "deployments": [deployment_options(platform, "vllm") | router_option(entry.routing)],
-        })
+        models.append(
+            {
+                "name": entry.app_name,
+                "import_path": import_path(app_builders()["model"]),
+                "route_prefix": None,
+                "args": app_args(platform, "vllm"),
+                "deployments": [
+                    deployment_options(platform, "vllm") | router_option(entry.routing)
+                ],
+            }
+        )
     return [router, *models]
 
 

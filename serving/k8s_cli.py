@@ -31,7 +31,9 @@ def render() -> None:
 
 
 @render.command("serve-config")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML.")
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="Platform config YAML."
+)
 def serve_config(config_path: str | None) -> None:
     """Print the RayService serveConfigV2 (Ray Serve's ServeDeploySchema) for a platform config."""
     try:
@@ -43,7 +45,10 @@ def serve_config(config_path: str | None) -> None:
 
 @render.command("values-schema")
 @click.option(
-    "--output", "-o", default=str(SCHEMA_FILE), show_default=str(SCHEMA_FILE.relative_to(REPO_ROOT)),
+    "--output",
+    "-o",
+    default=str(SCHEMA_FILE),
+    show_default=str(SCHEMA_FILE.relative_to(REPO_ROOT)),
     help="Where to write the chart's values.schema.json; '-' prints it.",
 )
 def values_schema_command(output: str) -> None:

@@ -20,9 +20,22 @@ RENDERED_TARGETS: dict[str, str | None] = {
 }
 # Helm's install order (kinds not listed go last), so `kubectl apply -f` creates what pods need first.
 INSTALL_ORDER = (
-    "Namespace", "PriorityClass", "PodDisruptionBudget", "ServiceAccount", "Secret", "ConfigMap",
-    "PersistentVolumeClaim", "Role", "RoleBinding", "Service", "DaemonSet", "Deployment",
-    "Ingress", "RayService", "ServiceMonitor", "PodMonitor",
+    "Namespace",
+    "PriorityClass",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Secret",
+    "ConfigMap",
+    "PersistentVolumeClaim",
+    "Role",
+    "RoleBinding",
+    "Service",
+    "DaemonSet",
+    "Deployment",
+    "Ingress",
+    "RayService",
+    "ServiceMonitor",
+    "PodMonitor",
 )
 
 
@@ -59,7 +72,9 @@ def render_templates(
     helm = _helm()
     with helm.Chart.load(chart_dir) as chart:
         try:
-            return chart.render(values=values or {}, name=release, namespace=namespace, is_install=True)
+            return chart.render(
+                values=values or {}, name=release, namespace=namespace, is_install=True
+            )
         except helm.HelmError as err:
             raise RenderError(str(err)) from None
 

@@ -155,7 +155,9 @@ def model_values() -> Schema:
     )
     return closed(
         {
-            "hfToken": closed({"existingSecret": string(), "key": string(minLength=1), "value": string()}),
+            "hfToken": closed(
+                {"existingSecret": string(), "key": string(minLength=1), "value": string()}
+            ),
             "prefetch": closed({"enabled": BOOL, "resources": K8S_OBJECT}),
             "cache": closed(
                 {
@@ -174,7 +176,9 @@ def chart_values() -> dict[str, Schema]:
         "nameOverride": string(),
         "fullnameOverride": string(),
         "commonLabels": STRING_MAP,
-        "image": closed({"repository": string(minLength=1), "tag": string(), "pullPolicy": PULL_POLICY}),
+        "image": closed(
+            {"repository": string(minLength=1), "tag": string(), "pullPolicy": PULL_POLICY}
+        ),
         "imagePullSecrets": K8S_LIST,
         "serviceAccount": closed({"create": BOOL, "name": string(), "annotations": STRING_MAP}),
         "extraEnv": K8S_LIST,
@@ -189,7 +193,9 @@ def chart_values() -> dict[str, Schema]:
                     {
                         "enabled": BOOL,
                         "redisAddress": string(),
-                        "redisPasswordSecret": closed({"name": string(), "key": string(minLength=1)}),
+                        "redisPasswordSecret": closed(
+                            {"name": string(), "key": string(minLength=1)}
+                        ),
                     }
                 ),
             }
@@ -205,7 +211,9 @@ def chart_values() -> dict[str, Schema]:
         "head": closed({"rayStartParams": STRING_MAP, "resources": K8S_OBJECT, **pod_placement()}),
         "workers": closed({"gpu": worker_group(gpu=True), "cpu": worker_group(gpu=False)}),
         "model": model_values(),
-        "apiKeys": closed({"existingSecret": string(), "key": string(minLength=1), "value": string()}),
+        "apiKeys": closed(
+            {"existingSecret": string(), "key": string(minLength=1), "value": string()}
+        ),
         "probes": closed({"startup": probe(), "liveness": probe(), "readiness": probe()}),
         "podSecurityContext": K8S_OBJECT,
         "containerSecurityContext": K8S_OBJECT,
@@ -238,7 +246,13 @@ def chart_values() -> dict[str, Schema]:
         "devicePlugin": closed(
             {
                 "enabled": BOOL,
-                "image": closed({"repository": string(minLength=1), "tag": string(minLength=1), "pullPolicy": PULL_POLICY}),
+                "image": closed(
+                    {
+                        "repository": string(minLength=1),
+                        "tag": string(minLength=1),
+                        "pullPolicy": PULL_POLICY,
+                    }
+                ),
                 "runtimeClassName": string(),
                 "priorityClassName": string(),
                 "nodeSelector": STRING_MAP,

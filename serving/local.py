@@ -128,7 +128,9 @@ def ray_executable() -> str:
 
 def start_ray_head(config: PlatformConfig) -> None:
     cmd = [
-        ray_executable(), "start", "--head",
+        ray_executable(),
+        "start",
+        "--head",
         f"--num-cpus={config.ray.num_cpus}",
         "--include-dashboard=true",
         f"--dashboard-host={config.ray.dashboard_host}",
@@ -141,7 +143,9 @@ def start_ray_head(config: PlatformConfig) -> None:
     if done.returncode != 0:
         output = (done.stdout + done.stderr).strip()
         if "already running" in output or "already in use" in output:
-            raise PlatformError("a local Ray cluster is already running; run `llm-serving down` first")
+            raise PlatformError(
+                "a local Ray cluster is already running; run `llm-serving down` first"
+            )
         last = output.splitlines()[-1] if output else f"exit {done.returncode}"
         raise PlatformError(f"`ray start --head` failed: {last}")
 
@@ -154,7 +158,9 @@ def connect() -> None:
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="auto", namespace=RAY_NAMESPACE, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            address="auto", namespace=RAY_NAMESPACE, logging_level="ERROR", log_to_driver=False
+        )
 
 
 def deploy(config: PlatformConfig, timeout_s: float = 600.0) -> None:
@@ -204,7 +210,8 @@ def app_failures(apps: dict) -> list[str]:
         if str(getattr(app.status, "value", app.status)) != "DEPLOY_FAILED":
             continue
         broken = {
-            dname: dep for dname, dep in app.deployments.items()
+            dname: dep
+            for dname, dep in app.deployments.items()
             if "FAILED" in str(getattr(dep.status, "value", dep.status))
         }
         failures += [f"{name}/{dname}: {root_cause(dep.message)}" for dname, dep in broken.items()]
@@ -224,7 +231,8 @@ def wait_deployed(names: list[str], timeout_s: float, poll_s: float = 2.0) -> No
         failures = app_failures(apps)
         if failures:
             raise PlatformError(
-                "a replica failed to start: " + "; ".join(failures)
+                "a replica failed to start: "
+                + "; ".join(failures)
                 + " (replica logs: /tmp/ray/session_latest/logs/serve/)"
             )
         states = {name: str(getattr(app.status, "value", app.status)) for name, app in apps.items()}
@@ -253,9 +261,8 @@ def wait_healthy(url: str, timeout_s: float) -> None:
 def shutdown() -> None:
     """Stop Serve and the local Ray head; safe to call when nothing runs."""
     try:
-        from ray import serve
-
         import ray
+        from ray import serve
 
         connect()
         serve.shutdown()
@@ -306,9 +313,15 @@ def prefix_caches(metrics_url: str) -> list[dict[str, Any]]:
     except (httpx.HTTPError, ValueError):
         return []
     return [
-        {"model": model, "replica": replica, "queries": queries, "hits": hits,
-         "hit_rate": hits / queries}
-        for (model, replica), (queries, hits) in sorted(rows.items()) if queries
+        {
+            "model": model,
+            "replica": replica,
+            "queries": queries,
+            "hits": hits,
+            "hit_rate": hits / queries,
+        }
+        for (model, replica), (queries, hits) in sorted(rows.items())
+        if queries
     ]
 
 

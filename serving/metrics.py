@@ -62,7 +62,9 @@ class MetricLabels:
 
     def as_tags(self) -> dict[str, str]:
         return {
-            "engine": self.engine, "model": self.model, "deployment": self.deployment,
+            "engine": self.engine,
+            "model": self.model,
+            "deployment": self.deployment,
             "replica": self.replica,
         }
 
@@ -213,8 +215,21 @@ async def publish_engine_stats(
         await asyncio.sleep(interval_s)
 
 
-PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
-                "and", "or", "unless", "inf", "nan"}
+PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+}
 _PROMQL_NOISE = re.compile(
     r'"(?:[^"\\]|\\.)*"'  # string literals
     r"|\{[^}]*\}"  # label matchers
@@ -232,6 +247,9 @@ def promql_metric_names(expr: str) -> set[str]:
 
 def dashboard_metric_names(dashboard: dict) -> set[str]:
     """Every metric the panels of a Grafana dashboard JSON query."""
-    exprs = [target.get("expr", "") for panel in dashboard.get("panels", [])
-             for target in panel.get("targets", [])]
+    exprs = [
+        target.get("expr", "")
+        for panel in dashboard.get("panels", [])
+        for target in panel.get("targets", [])
+    ]
     return {name for expr in exprs for name in promql_metric_names(expr)}

@@ -153,7 +153,9 @@ class ReplicaScaling(StrictModel):
         default_factory=ReplicaResources, description="Resources of each replica."
     )
     graceful_shutdown_timeout_s: float = Field(
-        120.0, ge=0, description="A replica stopped by a scale-down or redeploy first finishes "
+        120.0,
+        ge=0,
+        description="A replica stopped by a scale-down or redeploy first finishes "
         "its in-flight requests (open streams) for up to this long; Serve's default is 20 s, "
         "shorter than a long generation.",
     )

@@ -57,6 +57,7 @@ def routing_hint(body: Any, headers: Headers) -> RoutingHint:
 def rendezvous_rank(session: str, replica_ids: list[str]) -> list[str]:
     """Replicas in the session's order of preference (highest random weight first): a session
     keeps its replica while replicas come and go, and only a gone replica's sessions move."""
+
     def weight(replica_id: str) -> bytes:
         return hashlib.sha256(f"{session}\0{replica_id}".encode()).digest()
 
@@ -72,8 +73,10 @@ class SessionTable:
     def place(self, session: str, replica_ids: list[str], now: float) -> list[str]:
         """The session's replicas in order of preference: its own first (placed on the replica
         with the fewest live sessions when it has none, or its replica is gone)."""
-        while self.placed and (len(self.placed) >= MAX_SESSIONS
-                               or next(iter(self.placed.values()))[1] < now - SESSION_IDLE_S):
+        while self.placed and (
+            len(self.placed) >= MAX_SESSIONS
+            or next(iter(self.placed.values()))[1] < now - SESSION_IDLE_S
+        ):
             self.placed.popitem(last=False)
         ranked = rendezvous_rank(session, replica_ids)
         own = self.placed.pop(session, ("", 0.0))[0]
@@ -116,8 +119,9 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
         except ValueError:
             return NO_TEXT
 
-    async def _prefix_match_best_replicas(self, pending_request: Any,
-                                          candidate_replicas: list[Any]) -> list[list[Any]]:
+    async def _prefix_match_best_replicas(
+        self, pending_request: Any, candidate_replicas: list[Any]
+    ) -> list[list[Any]]:
         """The candidates whose earlier prompts share the longest prefix with this one, when it
         covers at least `match_rate_threshold` of it; else none (power of two choices)."""
         text = self._extract_text_from_request(pending_request)
@@ -140,8 +144,9 @@ class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     routes without the request (a replica goes to whichever request waits longest), so a
     session could not choose."""
 
-    async def choose_replicas(self, candidate_replicas: list[Any],
-                              pending_request: Any = None) -> list[list[Any]]:
+    async def choose_replicas(
+        self, candidate_replicas: list[Any], pending_request: Any = None
+    ) -> list[list[Any]]:
         hint = hint_of(pending_request)
         if hint is None or hint.session is None or len(candidate_replicas) < 2:
             return self.two_choices(candidate_replicas, pending_request)
@@ -158,8 +163,9 @@ class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         return [random.sample(candidates, min(2, len(candidates)))]
 
 
-def adapter_holders(router: MultiplexMixin, candidate_replicas: list[Any],
-                    pending_request: Any) -> list[Any]:
+def adapter_holders(
+    router: MultiplexMixin, candidate_replicas: list[Any], pending_request: Any
+) -> list[Any]:
     """The candidates holding the request's adapter when some do (Serve's multiplexing), else
     all of them."""
     metadata = getattr(pending_request, "metadata", None)
@@ -175,8 +181,9 @@ class LoadAwareRouter(MultiplexMixin, RequestRouter):
     holding the request's adapter when some do. Ongoing requests come from the router's own
     count (fresh at every request), KV-cache use from the engine's latest routing stats."""
 
-    async def choose_replicas(self, candidate_replicas: list[Any],
-                              pending_request: Any = None) -> list[list[Any]]:
+    async def choose_replicas(
+        self, candidate_replicas: list[Any], pending_request: Any = None
+    ) -> list[list[Any]]:
         candidates = adapter_holders(self, candidate_replicas, pending_request)
         shuffled = random.sample(candidates, len(candidates))
         return [[replica] for replica in sorted(shuffled, key=self.score)]
@@ -192,6 +199,7 @@ class LoadAwareRouter(MultiplexMixin, RequestRouter):
 class RandomRouter(RequestRouter):
     """Any replica, uniformly (the next ones in random order when it is full)."""
 
-    async def choose_replicas(self, candidate_replicas: list[Any],
-                              pending_request: Any = None) -> list[list[Any]]:
+    async def choose_replicas(
+        self, candidate_replicas: list[Any], pending_request: Any = None
+    ) -> list[list[Any]]:
         return [[replica] for replica in random.sample(candidate_replicas, len(candidate_replicas))]

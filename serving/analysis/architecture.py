@@ -26,7 +26,9 @@ def load_model_config(path: str | Path) -> PretrainedConfig:
         return AutoConfig.from_pretrained(str(source))
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise AnalysisInputError(f"cannot read model config {path}: {first}", param="config") from None
+        raise AnalysisInputError(
+            f"cannot read model config {path}: {first}", param="config"
+        ) from None
 
 
 def meta_model(config: PretrainedConfig) -> PreTrainedModel:
@@ -175,8 +177,13 @@ def module_tree(model: nn.Module, max_depth: int | None = None) -> list[dict[str
             continue
         own = {pname: list(p.shape) for pname, p in module.named_parameters(recurse=False)}
         rows.append(
-            {"name": name or "(root)", "depth": depth, "type": type(module).__name__,
-             "parameters": count_parameters(module), "weights": own}
+            {
+                "name": name or "(root)",
+                "depth": depth,
+                "type": type(module).__name__,
+                "parameters": count_parameters(module),
+                "weights": own,
+            }
         )
     return rows
 
@@ -184,8 +191,12 @@ def module_tree(model: nn.Module, max_depth: int | None = None) -> list[dict[str
 def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
     """Self-attention blocks with separate q/k/v/o projections (Llama, Qwen2, Mistral, ...)."""
     found = [
-        m for m in model.modules()
-        if all(isinstance(getattr(m, p, None), nn.Linear) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        m
+        for m in model.modules()
+        if all(
+            isinstance(getattr(m, p, None), nn.Linear)
+            for p in ("q_proj", "k_proj", "v_proj", "o_proj")
+        )
     ]
     if not found:
         raise AnalysisInputError(
@@ -198,7 +209,9 @@ def projection_shape(linear: nn.Linear) -> dict[str, Any]:
     return {"weight": list(linear.weight.shape), "bias": linear.bias is not None}
 
 
-def attention_layer_shape(module: nn.Module, index: int, config: PretrainedConfig) -> dict[str, Any]:
+def attention_layer_shape(
+    module: nn.Module, index: int, config: PretrainedConfig
+) -> dict[str, Any]:
     dim = int(getattr(module, "head_dim", 0) or head_dim(config))
     heads = module.q_proj.out_features // dim
     kv = module.k_proj.out_features // dim

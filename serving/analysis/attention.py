@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from serving.analysis import AnalysisInputError
 from serving.analysis.page import inline_vendored_scripts
@@ -37,7 +42,8 @@ def encode_prompt(
     if max_tokens is not None and ids.shape[1] > max_tokens:
         raise AnalysisInputError(
             f"prompt has {ids.shape[1]} tokens; the limit is max_prompt_tokens={max_tokens}",
-            param="prompt", code="prompt_too_long",
+            param="prompt",
+            code="prompt_too_long",
         )
     return ids
 
@@ -68,7 +74,9 @@ def check_attention_size(layers: int, heads: int, seq: int, max_values: int | No
         raise AnalysisInputError(
             f"{layers} layers x {heads} heads x {seq}^2 tokens = {values} attention values; the "
             f"limit is max_attention_values={max_values}: select fewer layers or heads, or a "
-            "shorter prompt", param="layers", code="attention_too_large",
+            "shorter prompt",
+            param="layers",
+            code="attention_too_large",
         )
 
 
@@ -100,7 +108,11 @@ def attention_json(
 
 
 def head_view_html(
-    weights: dict[int, torch.Tensor], tokens: list[str], num_layers: int, heads: list[int], title: str
+    weights: dict[int, torch.Tensor],
+    tokens: list[str],
+    num_layers: int,
+    heads: list[int],
+    title: str,
 ) -> str:
     """bertviz's head view as a standalone page: its fragment (the view's script, with require.js,
     d3 and jQuery inlined from serving/analysis/static) inside a minimal HTML document that a
@@ -110,8 +122,12 @@ def head_view_html(
     # bertviz indexes the list by layer number, so unselected layers can stay empty.
     per_layer = [weights[i].unsqueeze(0) if i in weights else None for i in range(num_layers)]
     fragment = head_view(
-        attention=per_layer, tokens=tokens, prettify_tokens=False, include_layers=list(weights),
-        heads=heads, html_action="return",
+        attention=per_layer,
+        tokens=tokens,
+        prettify_tokens=False,
+        include_layers=list(weights),
+        heads=heads,
+        html_action="return",
     ).data
     fragment = inline_vendored_scripts(fragment)
     return (

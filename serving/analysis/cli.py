@@ -98,16 +98,24 @@ def echo_table(headers: list[str], rows: list[list[str]]) -> None:
 
 
 model_option = click.option(
-    "--model", "model_ref", default="default", show_default=True,
+    "--model",
+    "model_ref",
+    default="default",
+    show_default=True,
     help="Model reference: HF id, local dir, 'default' or 'tiny-qwen2'.",
 )
 config_only_option = click.option(
-    "--config-only", type=click.Path(), help="A config.json: analyse the architecture without weights."
+    "--config-only",
+    type=click.Path(),
+    help="A config.json: analyse the architecture without weights.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 dtype_option = click.option(
-    "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="float32",
-    show_default=True, help="Weights dtype for the forward passes.",
+    "--dtype",
+    type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
+    default="float32",
+    show_default=True,
+    help="Weights dtype for the forward passes.",
 )
 
 
@@ -132,29 +140,41 @@ def config_cmd(model_ref: str, config_only: str | None, as_json: bool) -> None:
     per_layer = params["per_layer"]
     layers = (
         f"{num(per_layer[0])} x {len(per_layer)} = {num(params['layers_total'])}"
-        if len(set(per_layer)) == 1 else ", ".join(num(n) for n in per_layer)
+        if len(set(per_layer)) == 1
+        else ", ".join(num(n) for n in per_layer)
     )
-    echo_rows([
-        ("source", config_only or model_ref),
-        ("architecture", f"{', '.join(arch['architectures']) or '-'} ({arch['model_type']})"),
-        ("hidden size", num(arch["hidden_size"])),
-        ("layers", num(arch["num_layers"])),
-        ("query heads", num(arch["num_query_heads"])),
-        ("KV heads", f"{arch['num_kv_heads']} (GQA: {arch['gqa_group_size']} query heads per KV head)"),
-        ("head dim", num(arch["head_dim"])),
-        ("intermediate size", num(arch["intermediate_size"])),
-        ("vocab size", num(arch["vocab_size"])),
-        ("max positions", num(arch["max_position_embeddings"])),
-        ("RoPE theta", num(arch["rope_theta"])),
-        ("tied embeddings", "yes" if arch["tie_word_embeddings"] else "no"),
-        ("dtype", arch["dtype"]),
-        ("parameters", num(params["total"])),
-        ("  embedding", num(params["embedding"])),
-        ("  lm head", "tied to the embedding" if params["lm_head_tied"] else num(params["lm_head"])),
-        ("  per layer", layers),
-        ("  other", num(params["other"])),
-        ("KV cache", f"{num(report['kv_cache_bytes_per_token'])} bytes/token ({arch['dtype']})"),
-    ])
+    echo_rows(
+        [
+            ("source", config_only or model_ref),
+            ("architecture", f"{', '.join(arch['architectures']) or '-'} ({arch['model_type']})"),
+            ("hidden size", num(arch["hidden_size"])),
+            ("layers", num(arch["num_layers"])),
+            ("query heads", num(arch["num_query_heads"])),
+            (
+                "KV heads",
+                f"{arch['num_kv_heads']} (GQA: {arch['gqa_group_size']} query heads per KV head)",
+            ),
+            ("head dim", num(arch["head_dim"])),
+            ("intermediate size", num(arch["intermediate_size"])),
+            ("vocab size", num(arch["vocab_size"])),
+            ("max positions", num(arch["max_position_embeddings"])),
+            ("RoPE theta", num(arch["rope_theta"])),
+            ("tied embeddings", "yes" if arch["tie_word_embeddings"] else "no"),
+            ("dtype", arch["dtype"]),
+            ("parameters", num(params["total"])),
+            ("  embedding", num(params["embedding"])),
+            (
+                "  lm head",
+                "tied to the embedding" if params["lm_head_tied"] else num(params["lm_head"]),
+            ),
+            ("  per layer", layers),
+            ("  other", num(params["other"])),
+            (
+                "KV cache",
+                f"{num(report['kv_cache_bytes_per_token'])} bytes/token ({arch['dtype']})",
+            ),
+        ]
+    )
 
 
 @analyze.command("modules")
@@ -195,44 +215,87 @@ def attention_layers_cmd(model_ref: str, config_only: str | None, as_json: bool)
         return "x".join(map(str, proj["weight"])) + ("+b" if proj["bias"] else "")
 
     echo_table(
-        ["layer", "q_proj", "k_proj", "v_proj", "o_proj", "heads", "kv", "groups", "head_dim",
-         "scaling", "causal"],
-        [[str(x["layer"]), shape(x["q_proj"]), shape(x["k_proj"]), shape(x["v_proj"]),
-          shape(x["o_proj"]), str(x["num_query_heads"]), str(x["num_kv_heads"]), str(x["kv_groups"]),
-          str(x["head_dim"]), f"{x['scaling']:.6g}", "yes" if x["causal"] else "no"] for x in layers],
+        [
+            "layer",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "heads",
+            "kv",
+            "groups",
+            "head_dim",
+            "scaling",
+            "causal",
+        ],
+        [
+            [
+                str(x["layer"]),
+                shape(x["q_proj"]),
+                shape(x["k_proj"]),
+                shape(x["v_proj"]),
+                shape(x["o_proj"]),
+                str(x["num_query_heads"]),
+                str(x["num_kv_heads"]),
+                str(x["kv_groups"]),
+                str(x["head_dim"]),
+                f"{x['scaling']:.6g}",
+                "yes" if x["causal"] else "no",
+            ]
+            for x in layers
+        ],
     )
 
 
 @analyze.command("kv-cache")
 @model_option
 @config_only_option
-@click.option("--tokens", type=int, default=2048, show_default=True, help="Context length per sequence.")
+@click.option(
+    "--tokens", type=int, default=2048, show_default=True, help="Context length per sequence."
+)
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences cached at once.")
 @click.option("--dtype", default="auto", show_default=True, help="KV dtype; auto = the model's.")
 @click.option("--memory-gb", type=float, default=1.0, show_default=True, help="Budget in GiB.")
 @json_option
 @analysis_errors
-def kv_cache_cmd(model_ref: str, config_only: str | None, tokens: int, batch: int, dtype: str,
-                 memory_gb: float, as_json: bool) -> None:
+def kv_cache_cmd(
+    model_ref: str,
+    config_only: str | None,
+    tokens: int,
+    batch: int,
+    dtype: str,
+    memory_gb: float,
+    as_json: bool,
+) -> None:
     """KV-cache bytes per token, total, saving against full MHA, tokens fitting a budget."""
     from serving.analysis.architecture import architecture_summary
     from serving.analysis.kv_cache import kv_cache_report_for
 
     model = architecture_model(model_ref, config_only)
-    report = kv_cache_report_for(architecture_summary(model.config), tokens, batch, dtype, memory_gb)
+    report = kv_cache_report_for(
+        architecture_summary(model.config), tokens, batch, dtype, memory_gb
+    )
     if as_json:
         return echo_json(report)
     mha, saving, budget = report["mha"], report["saving"], report["budget"]
-    echo_rows([
-        ("dtype", f"{report['dtype']} ({report['dtype_bytes']} bytes)"),
-        ("bytes per token", f"{num(report['bytes_per_token'])} = {report['formula']}"),
-        ("context x batch", f"{num(tokens)} tokens x {num(batch)}"),
-        ("total", f"{num(report['total_bytes'])} bytes ({report['total_mib']:,.1f} MiB)"),
-        ("full MHA would be", f"{num(mha['bytes_per_token'])} bytes/token, {num(mha['total_bytes'])} total"),
-        ("GQA saving", f"{saving['factor']:g}x, {num(saving['bytes'])} bytes"),
-        (f"fits in {memory_gb:g} GiB", f"{num(budget['tokens_fit'])} tokens "
-         f"({num(budget['sequences_fit'])} sequences of {num(tokens)}; MHA: {num(budget['tokens_fit_mha'])})"),
-    ])
+    echo_rows(
+        [
+            ("dtype", f"{report['dtype']} ({report['dtype_bytes']} bytes)"),
+            ("bytes per token", f"{num(report['bytes_per_token'])} = {report['formula']}"),
+            ("context x batch", f"{num(tokens)} tokens x {num(batch)}"),
+            ("total", f"{num(report['total_bytes'])} bytes ({report['total_mib']:,.1f} MiB)"),
+            (
+                "full MHA would be",
+                f"{num(mha['bytes_per_token'])} bytes/token, {num(mha['total_bytes'])} total",
+            ),
+            ("GQA saving", f"{saving['factor']:g}x, {num(saving['bytes'])} bytes"),
+            (
+                f"fits in {memory_gb:g} GiB",
+                f"{num(budget['tokens_fit'])} tokens "
+                f"({num(budget['sequences_fit'])} sequences of {num(tokens)}; MHA: {num(budget['tokens_fit_mha'])})",
+            ),
+        ]
+    )
 
 
 def echo_attention_matrices(report: dict[str, Any]) -> None:
@@ -251,12 +314,21 @@ def echo_attention_matrices(report: dict[str, Any]) -> None:
 @click.option("--prompt", required=True, help="Text whose attention weights are shown.")
 @click.option("--layers", help="Comma-separated layer indices (default: all).")
 @click.option("--heads", help="Comma-separated head indices (default: all).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write bertviz's head view here.")
+@click.option(
+    "--html", "html_path", type=click.Path(dir_okay=False), help="Write bertviz's head view here."
+)
 @dtype_option
 @json_option
 @analysis_errors
-def attention_cmd(model_ref: str, prompt: str, layers: str | None, heads: str | None,
-                  html_path: str | None, dtype: str, as_json: bool) -> None:
+def attention_cmd(
+    model_ref: str,
+    prompt: str,
+    layers: str | None,
+    heads: str | None,
+    html_path: str | None,
+    dtype: str,
+    as_json: bool,
+) -> None:
     """Tokens and attention weights per layer and head (eager attention)."""
     from serving.analysis.attention import attention_report
 
@@ -278,13 +350,15 @@ def attention_cmd(model_ref: str, prompt: str, layers: str | None, heads: str | 
 @model_option
 @click.option("--prompt", required=True, help="Prompt to decode greedily from.")
 @click.option("--max-new-tokens", type=int, default=32, show_default=True)
-@click.option("--mode", type=click.Choice(["no-cache", "kv-cache", "both"]), default="both",
-              show_default=True)
+@click.option(
+    "--mode", type=click.Choice(["no-cache", "kv-cache", "both"]), default="both", show_default=True
+)
 @dtype_option
 @json_option
 @analysis_errors
-def generation_trace_cmd(model_ref: str, prompt: str, max_new_tokens: int, mode: str, dtype: str,
-                         as_json: bool) -> None:
+def generation_trace_cmd(
+    model_ref: str, prompt: str, max_new_tokens: int, mode: str, dtype: str, as_json: bool
+) -> None:
     """Per-token latency without and with the KV cache, and the fitted growth per token."""
     from serving.analysis.latency import MODES, generation_trace
 
@@ -295,12 +369,23 @@ def generation_trace_cmd(model_ref: str, prompt: str, max_new_tokens: int, mode:
         return echo_json(traces if mode == "both" else traces[0])
     echo_table(
         ["mode", "prompt", "new", "first ms", "mean decode ms", "total ms", "growth ms/token"],
-        [[t["mode"], str(t["prompt_tokens"]), str(t["new_tokens"]), f"{t['first_token_ms']:.2f}",
-          num(t["mean_decode_ms"]), f"{t['total_ms']:.1f}", num(t["growth"]["slope_ms_per_token"])]
-         for t in traces],
+        [
+            [
+                t["mode"],
+                str(t["prompt_tokens"]),
+                str(t["new_tokens"]),
+                f"{t['first_token_ms']:.2f}",
+                num(t["mean_decode_ms"]),
+                f"{t['total_ms']:.1f}",
+                num(t["growth"]["slope_ms_per_token"]),
+            ]
+            for t in traces
+        ],
     )
     for t in traces:
-        click.echo(f"{t['mode']} per-token ms: " + " ".join(f"{ms:.1f}" for ms in t["latencies_ms"]))
+        click.echo(
+            f"{t['mode']} per-token ms: " + " ".join(f"{ms:.1f}" for ms in t["latencies_ms"])
+        )
 
 
 # The issue names the command `trace`; both spellings work.
@@ -313,7 +398,9 @@ def console_url(config_path: str | None) -> str:
     from serving.config import load_config
 
     running = None if config_path else local.load_state()
-    url = running.analysis_url if running else local.endpoints(load_config(config_path)).analysis_url
+    url = (
+        running.analysis_url if running else local.endpoints(load_config(config_path)).analysis_url
+    )
     if url is None:
         raise AnalysisInputError("the analysis app is off in this config (analysis.enabled: false)")
     return url
@@ -330,8 +417,12 @@ def open_in_browser(url: str) -> bool:
 
 
 @analyze.command("open")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="Platform config YAML (default: the running platform, else the shipped default).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Platform config YAML (default: the running platform, else the shipped default).",
+)
 @click.option("--no-browser", is_flag=True, help="Print the URL only.")
 @analysis_errors
 def open_cmd(config_path: str | None, no_browser: bool) -> None:

@@ -85,7 +85,11 @@ def kv_cache_report(
         "batch": batch,
         "total_bytes": total,
         "total_mib": round(total / 2**20, 3),
-        "mha": {"kv_heads": num_query_heads, "bytes_per_token": per_token_mha, "total_bytes": total_mha},
+        "mha": {
+            "kv_heads": num_query_heads,
+            "bytes_per_token": per_token_mha,
+            "total_bytes": total_mha,
+        },
         "saving": {
             "factor": num_query_heads / num_kv_heads,
             "bytes": total_mha - total,
@@ -101,11 +105,18 @@ def kv_cache_report(
     }
 
 
-def kv_cache_report_for(summary: dict[str, Any], tokens: int, batch: int, dtype: str | None,
-                        memory_gb: float) -> dict[str, Any]:
+def kv_cache_report_for(
+    summary: dict[str, Any], tokens: int, batch: int, dtype: str | None, memory_gb: float
+) -> dict[str, Any]:
     """kv_cache_report from an architecture summary; dtype None or 'auto' = the model's dtype."""
     chosen = summary["dtype"] if dtype in (None, "auto") else dtype
     return kv_cache_report(
-        summary["num_layers"], summary["num_query_heads"], summary["num_kv_heads"],
-        summary["head_dim"], chosen, tokens, batch, memory_gb,
+        summary["num_layers"],
+        summary["num_query_heads"],
+        summary["num_kv_heads"],
+        summary["head_dim"],
+        chosen,
+        tokens,
+        batch,
+        memory_gb,
     )

@@ -20,7 +20,9 @@ MODES = ("no-cache", "kv-cache")
 
 def check_mode(mode: str) -> None:
     if mode not in MODES:
-        raise AnalysisInputError(f"unknown mode '{mode}'; allowed: {', '.join(MODES)}", param="mode")
+        raise AnalysisInputError(
+            f"unknown mode '{mode}'; allowed: {', '.join(MODES)}", param="mode"
+        )
 
 
 def check_new_tokens(max_new_tokens: int, limit: int | None) -> None:
@@ -31,7 +33,8 @@ def check_new_tokens(max_new_tokens: int, limit: int | None) -> None:
     if limit is not None and max_new_tokens > limit:
         raise AnalysisInputError(
             f"max_new_tokens={max_new_tokens} is over the limit max_new_tokens={limit}",
-            param="max_new_tokens", code="max_new_tokens_too_large",
+            param="max_new_tokens",
+            code="max_new_tokens_too_large",
         )
 
 

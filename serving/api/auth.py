@@ -70,7 +70,7 @@ def route_path(scope: Scope) -> str:
     """The path inside the app: Serve passes the route prefix as root_path (and in the path)."""
     path, root = scope.get("path", "/"), scope.get("root_path", "")
     if root and path.startswith(root):
-        path = path[len(root):]
+        path = path[len(root) :]
     return path or "/"
 
 

@@ -26,8 +26,18 @@ LOAD_PATH, UNLOAD_PATH = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
 
 # Scope keys a replica needs to run the request; the rest (app, router, state) stays here.
 FORWARDED_SCOPE_KEYS = (
-    "type", "asgi", "http_version", "method", "scheme", "path", "raw_path", "root_path",
-    "query_string", "headers", "server", "client",
+    "type",
+    "asgi",
+    "http_version",
+    "method",
+    "scheme",
+    "path",
+    "raw_path",
+    "root_path",
+    "query_string",
+    "headers",
+    "server",
+    "client",
 )
 
 # Sends one request's ASGI messages to a model's deployment (with what its request router may
@@ -54,7 +64,10 @@ def model_routes(models: Mapping[str, list[str]]) -> dict[str, Route]:
 def model_not_found(name: Any, available: list[str]) -> APIError:
     return APIError(
         f"The model `{name}` does not exist; available models: {', '.join(available)}",
-        status=404, param="model", code="model_not_found", kind="NotFoundError",
+        status=404,
+        param="model",
+        code="model_not_found",
+        kind="NotFoundError",
     )
 
 
@@ -82,7 +95,9 @@ async def read_whole_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def run_asgi(app: ASGIApp, scope: dict[str, Any], body: bytes) -> AsyncIterator[list[Message]]:
+async def run_asgi(
+    app: ASGIApp, scope: dict[str, Any], body: bytes
+) -> AsyncIterator[list[Message]]:
     """Run one request through `app`, yielding its response messages in batches: whatever the
     app sent since the last batch was taken, so a slow consumer gets fewer, larger batches.
     Closing the iterator (the client left) cancels the request in the app."""
@@ -125,11 +140,15 @@ async def run_asgi(app: ASGIApp, scope: dict[str, Any], body: bytes) -> AsyncIte
 class ModelDispatch:
     """ASGI app of the one endpoint: `forward(route)` gives the sender of a route's deployment."""
 
-    def __init__(self, routes: dict[str, Route], default_model: str,
-                 forward: Callable[[Route], Forward],
-                 on_backpressure: Callable[[Route, Exception], APIError | None],
-                 adapter_cards: list[dict[str, Any]] | None = None,
-                 runtime: RuntimeAdapters | None = None) -> None:
+    def __init__(
+        self,
+        routes: dict[str, Route],
+        default_model: str,
+        forward: Callable[[Route], Forward],
+        on_backpressure: Callable[[Route, Exception], APIError | None],
+        adapter_cards: list[dict[str, Any]] | None = None,
+        runtime: RuntimeAdapters | None = None,
+    ) -> None:
         self.routes = routes
         self.runtime = runtime  # adapters loaded through the API, when a model allows them
         # Replicas load adapters on demand and list only what they hold: the router lists all.
@@ -164,8 +183,9 @@ class ModelDispatch:
         hint = routing_hint(data, Headers(scope=scope))
         await self.relay(route, forwarded_scope(scope), body, hint, send)
 
-    async def relay(self, route: Route, scope: dict[str, Any], body: bytes, hint: RoutingHint,
-                    send: Send) -> None:
+    async def relay(
+        self, route: Route, scope: dict[str, Any], body: bytes, hint: RoutingHint, send: Send
+    ) -> None:
         try:
             async for messages in self.forward(route)(scope, body, hint):
                 for message in messages:
@@ -176,8 +196,9 @@ class ModelDispatch:
                 raise
             await error_response(refused)(scope, _no_body, send)
 
-    async def change_adapters(self, path: str, data: dict[str, Any], scope: Scope,
-                              send: Send) -> None:
+    async def change_adapters(
+        self, path: str, data: dict[str, Any], scope: Scope, send: Send
+    ) -> None:
         """vLLM's load/unload routes: plain-text success, OpenAI-shaped errors."""
         assert self.runtime is not None
         try:
@@ -193,7 +214,9 @@ class ModelDispatch:
     async def collect(self, model: str, scope: Scope) -> tuple[int, bytes]:
         """Status and body of a small GET answered by one model's deployment."""
         status, chunks = 500, []
-        async for messages in self.forward(Route(model))(forwarded_scope(scope), b"", RoutingHint()):
+        async for messages in self.forward(Route(model))(
+            forwarded_scope(scope), b"", RoutingHint()
+        ):
             for message in messages:
                 if message["type"] == "http.response.start":
                     status = message["status"]
@@ -239,4 +262,3 @@ def _json_or_text(body: bytes) -> Any:
 
 async def _no_body() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
-

@@ -46,10 +46,15 @@ class APIError(Exception):
 
 
 def error_body(
-    message: str, status: int, param: str | None = None, code: str | None = None,
+    message: str,
+    status: int,
+    param: str | None = None,
+    code: str | None = None,
     kind: str | None = None,
 ) -> dict:
-    kind = kind or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    kind = kind or ERROR_TYPES.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 

@@ -92,11 +92,15 @@ def chat_prompt_ids(engine: Engine, request: ChatCompletionRequest) -> list[int]
             messages, add_generation_prompt=True, tokenize=True, return_dict=False
         )
     except Exception as err:  # a template that rejects this conversation (e.g. role order)
-        raise APIError(f"messages: cannot apply the chat template: {err}", param="messages") from None
+        raise APIError(
+            f"messages: cannot apply the chat template: {err}", param="messages"
+        ) from None
     return list(ids["input_ids"] if isinstance(ids, dict) else ids)
 
 
-def resolve_max_tokens(requested: int | None, default: int | None, prompt_len: int, limit: int) -> int:
+def resolve_max_tokens(
+    requested: int | None, default: int | None, prompt_len: int, limit: int
+) -> int:
     """Validate prompt length and max_tokens against the context window (400s name the limit)."""
     room = limit - prompt_len
     if prompt_len == 0:
@@ -151,9 +155,15 @@ def sampling_spec(
 
 
 def plan_jobs(
-    request_id: str, request: SamplingRequest, prompts: list[list[int]], token_limit: int | None,
-    default_max_tokens: int | None, max_model_len: int, limits: RequestLimits | None = None,
-    prompt_param: str = "prompt", sampling_defaults: dict[str, float] | None = None,
+    request_id: str,
+    request: SamplingRequest,
+    prompts: list[list[int]],
+    token_limit: int | None,
+    default_max_tokens: int | None,
+    max_model_len: int,
+    limits: RequestLimits | None = None,
+    prompt_param: str = "prompt",
+    sampling_defaults: dict[str, float] | None = None,
 ) -> list[Job]:
     lim.check_max_tokens(token_limit, limits, "max_tokens")
     default_max_tokens = lim.default_max_tokens(default_max_tokens, limits)
@@ -173,19 +183,34 @@ def completion_jobs(
 ) -> list[Job]:
     prompts = [tokenize_prompt(engine, prompt) for prompt in request.prompts()]
     return plan_jobs(
-        request_id, request, prompts, request.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS,
-        engine.max_model_len, limits, sampling_defaults=engine.sampling_defaults,
+        request_id,
+        request,
+        prompts,
+        request.max_tokens,
+        COMPLETIONS_DEFAULT_MAX_TOKENS,
+        engine.max_model_len,
+        limits,
+        sampling_defaults=engine.sampling_defaults,
     )
 
 
 def chat_jobs(
-    engine: Engine, request_id: str, request: ChatCompletionRequest,
+    engine: Engine,
+    request_id: str,
+    request: ChatCompletionRequest,
     limits: RequestLimits | None = None,
 ) -> list[Job]:
     prompt = chat_prompt_ids(engine, request)
     return plan_jobs(
-        request_id, request, [prompt], request.token_limit, None, engine.max_model_len, limits,
-        prompt_param="messages", sampling_defaults=engine.sampling_defaults,
+        request_id,
+        request,
+        [prompt],
+        request.token_limit,
+        None,
+        engine.max_model_len,
+        limits,
+        prompt_param="messages",
+        sampling_defaults=engine.sampling_defaults,
     )
 
 
@@ -225,9 +250,7 @@ async def stream_jobs(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def collect(
-    deltas: AsyncIterator[tuple[Job, Delta]], jobs: list[Job]
-) -> list[ChoiceResult]:
+async def collect(deltas: AsyncIterator[tuple[Job, Delta]], jobs: list[Job]) -> list[ChoiceResult]:
     results = [ChoiceResult() for _ in jobs]
     async for job, delta in deltas:
         result = results[job.index]

@@ -25,7 +25,8 @@ def check_prompt_tokens(prompt_len: int, limits: RequestLimits | None, param: st
     if limit is not None and prompt_len > limit:
         raise APIError(
             f"the prompt has {prompt_len} tokens; the limit is limits.max_prompt_tokens={limit}",
-            param=param, code="prompt_too_long",
+            param=param,
+            code="prompt_too_long",
         )
 
 
@@ -34,7 +35,8 @@ def check_max_tokens(requested: int | None, limits: RequestLimits | None, param:
     if limit is not None and requested is not None and requested > limit:
         raise APIError(
             f"{param}={requested} is over the limit limits.max_tokens={limit}",
-            param=param, code="max_tokens_too_large",
+            param=param,
+            code="max_tokens_too_large",
         )
 
 
@@ -49,7 +51,8 @@ def default_max_tokens(default: int | None, limits: RequestLimits | None) -> int
 def timeout_error(seconds: float) -> APIError:
     return APIError(
         f"the request ran longer than limits.request_timeout_s={seconds:g} and was aborted",
-        status=408, code="request_timeout",
+        status=408,
+        code="request_timeout",
     )
 
 
@@ -82,7 +85,8 @@ class Deadline:
 def body_too_large(max_bytes: int) -> APIError:
     return APIError(
         f"the request body is over the limit limits.max_body_bytes={max_bytes}",
-        status=413, code="request_too_large",
+        status=413,
+        code="request_too_large",
     )
 
 
@@ -140,7 +144,9 @@ def replay(messages: list[Message], receive: Receive) -> Receive:
 
 
 def install_guards(
-    app: FastAPI, keys: KeyRing | None, max_body_bytes: int | None,
+    app: FastAPI,
+    keys: KeyRing | None,
+    max_body_bytes: int | None,
     exempt: frozenset[str] = EXEMPT_PATHS,
 ) -> None:
     """Auth outside the body limit: a request without a key is refused before its body is read.

@@ -52,11 +52,14 @@ def completion_logprobs(
         text_offset += len(token)
         token_logprobs.append(None if entry is None else clamp(entry.logprob))
         top_logprobs.append(
-            None if entry is None
+            None
+            if entry is None
             else {decode(t): clamp(lp) for t, lp in ranked(entry)[: num_top + 1]}
         )
     return CompletionLogprobs.model_construct(
-        tokens=tokens, token_logprobs=token_logprobs, top_logprobs=top_logprobs,
+        tokens=tokens,
+        token_logprobs=token_logprobs,
+        top_logprobs=top_logprobs,
         text_offset=offsets,
     )
 
@@ -80,9 +83,14 @@ def chat_logprobs(
             TopLogprob(token=(alt := decode(t)), logprob=clamp(lp), bytes=token_bytes(alt))
             for t, lp in ranked(entry)[:num_top]
         ]
-        content.append(ChatCompletionTokenLogprob(
-            token=token, logprob=clamp(entry.logprob), bytes=token_bytes(token), top_logprobs=top,
-        ))
+        content.append(
+            ChatCompletionTokenLogprob(
+                token=token,
+                logprob=clamp(entry.logprob),
+                bytes=token_bytes(token),
+                top_logprobs=top,
+            )
+        )
     return ChoiceLogprobs(content=content)
 
 

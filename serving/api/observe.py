@@ -14,7 +14,9 @@ from serving.metrics import PlatformMetrics
 
 
 async def observed(
-    stream: AsyncIterator[tuple[Job, Delta]], jobs: list[Job], metrics: PlatformMetrics | None,
+    stream: AsyncIterator[tuple[Job, Delta]],
+    jobs: list[Job],
+    metrics: PlatformMetrics | None,
     arrived: float,
 ) -> AsyncIterator[tuple[Job, Delta]]:
     """Pass deltas through, recording TTFT, inter-token gaps, e2e latency and token counts."""

@@ -26,7 +26,13 @@ def unencodable_path(value: Any, path: str = "") -> str | None:
         except UnicodeEncodeError:
             return path or "body"
         return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, item in items:
         found = unencodable_path(item, f"{path}.{key}" if path else str(key))
         if found:
@@ -118,7 +124,9 @@ class CompletionRequest(SamplingRequest):
     prompt: str | PromptBatch | list[int] | TokenBatch
     echo: bool = Field(False, description="Return the prompt before the completion.")
     logprobs: int | None = Field(
-        None, ge=0, le=MAX_LOGPROBS,
+        None,
+        ge=0,
+        le=MAX_LOGPROBS,
         description="Logprobs of each token plus this many most likely (legacy completions shape); "
         "with echo, of the prompt's tokens too.",
     )
@@ -181,7 +189,9 @@ class ChatCompletionRequest(SamplingRequest):
     @model_validator(mode="after")
     def _top_needs_logprobs(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:  # vLLM's and OpenAI's rule
-            raise ValueError("top_logprobs: when using `top_logprobs`, `logprobs` must be set to true")
+            raise ValueError(
+                "top_logprobs: when using `top_logprobs`, `logprobs` must be set to true"
+            )
         return self
 
     @property

@@ -46,8 +46,13 @@ def usage(jobs: list[Job], completion_tokens: int) -> CompletionUsage:
 
 
 def completion_text_and_logprobs(
-    request: CompletionRequest, job: Job, text: str, output: Sequence[TokenLogprob] | None,
-    prompt: Sequence[TokenLogprob | None] | None, echo: bool, decoder: Decoder,
+    request: CompletionRequest,
+    job: Job,
+    text: str,
+    output: Sequence[TokenLogprob] | None,
+    prompt: Sequence[TokenLogprob | None] | None,
+    echo: bool,
+    decoder: Decoder,
     text_offset: int = 0,
 ) -> tuple[str, CompletionLogprobs | None]:
     """One choice's text and logprobs; with `echo` (the whole response, or a choice's first
@@ -63,7 +68,10 @@ def completion_text_and_logprobs(
 
 
 def completion_response(
-    request_id: str, request: CompletionRequest, jobs: list[Job], results: list[ChoiceResult],
+    request_id: str,
+    request: CompletionRequest,
+    jobs: list[Job],
+    results: list[ChoiceResult],
     decoder: Decoder,
 ) -> Completion:
     choices = []
@@ -71,25 +79,38 @@ def completion_response(
         text, logprobs = completion_text_and_logprobs(
             request, job, r.text, r.logprobs, r.prompt_logprobs, request.echo, decoder
         )
-        choices.append(CompletionChoice(
-            index=job.index, text=text, finish_reason=r.finish_reason or "stop", logprobs=logprobs,
-            **r.extra,
-        ))
+        choices.append(
+            CompletionChoice(
+                index=job.index,
+                text=text,
+                finish_reason=r.finish_reason or "stop",
+                logprobs=logprobs,
+                **r.extra,
+            )
+        )
     return Completion(
-        id=request_id, object="text_completion", created=int(time.time()), model=request.model,
-        choices=choices, usage=usage(jobs, sum(r.num_tokens for r in results)),
+        id=request_id,
+        object="text_completion",
+        created=int(time.time()),
+        model=request.model,
+        choices=choices,
+        usage=usage(jobs, sum(r.num_tokens for r in results)),
     )
 
 
-def chat_logprobs(request: ChatCompletionRequest, entries: Sequence[TokenLogprob] | None,
-                  decoder: Decoder) -> ChoiceLogprobs | None:
+def chat_logprobs(
+    request: ChatCompletionRequest, entries: Sequence[TokenLogprob] | None, decoder: Decoder
+) -> ChoiceLogprobs | None:
     if request.sample_logprobs is None:
         return None
     return lp.chat_logprobs(entries or (), decoder.token, request.sample_logprobs)
 
 
 def chat_response(
-    request_id: str, request: ChatCompletionRequest, jobs: list[Job], results: list[ChoiceResult],
+    request_id: str,
+    request: ChatCompletionRequest,
+    jobs: list[Job],
+    results: list[ChoiceResult],
     decoder: Decoder,
 ) -> ChatCompletion:
     choices = [
@@ -103,8 +124,12 @@ def chat_response(
         for i, r in enumerate(results)
     ]
     return ChatCompletion(
-        id=request_id, object="chat.completion", created=int(time.time()), model=request.model,
-        choices=choices, usage=usage(jobs, sum(r.num_tokens for r in results)),
+        id=request_id,
+        object="chat.completion",
+        created=int(time.time()),
+        model=request.model,
+        choices=choices,
+        usage=usage(jobs, sum(r.num_tokens for r in results)),
     )
 
 
@@ -124,32 +149,56 @@ class CompletionStream:
         self.echoed.add(job.index)
         offset = self.offsets.get(job.index, 0)
         text, logprobs = completion_text_and_logprobs(
-            self.request, job, delta.text, delta.logprobs, delta.prompt_logprobs, echo,
-            self.decoder, offset,
+            self.request,
+            job,
+            delta.text,
+            delta.logprobs,
+            delta.prompt_logprobs,
+            echo,
+            self.decoder,
+            offset,
         )
         self.offsets[job.index] = lp.next_text_offset(logprobs, offset)
         # model_construct: a streamed choice has no finish_reason until its last chunk.
         choice = CompletionChoice.model_construct(
-            index=job.index, text=text, finish_reason=delta.finish_reason, logprobs=logprobs,
+            index=job.index,
+            text=text,
+            finish_reason=delta.finish_reason,
+            logprobs=logprobs,
             **(delta.extra or {}),
         )
         return Completion.model_construct(
-            id=self.request_id, object="text_completion", created=int(time.time()),
-            model=self.request.model, choices=[choice],
+            id=self.request_id,
+            object="text_completion",
+            created=int(time.time()),
+            model=self.request.model,
+            choices=[choice],
         )
 
 
 def chat_chunk(
-    request_id: str, model: str, index: int, content: str | None, finish_reason: str | None,
-    role: str | None = None, extra: dict | None = None, logprobs: ChoiceLogprobs | None = None,
+    request_id: str,
+    model: str,
+    index: int,
+    content: str | None,
+    finish_reason: str | None,
+    role: str | None = None,
+    extra: dict | None = None,
+    logprobs: ChoiceLogprobs | None = None,
 ) -> ChatCompletionChunk:
     chunk_logprobs = None if logprobs is None else ChunkLogprobs(content=logprobs.content)
     choice = ChunkChoice(
-        index=index, delta=ChoiceDelta(role=role, content=content), finish_reason=finish_reason,
-        logprobs=chunk_logprobs, **(extra or {}),
+        index=index,
+        delta=ChoiceDelta(role=role, content=content),
+        finish_reason=finish_reason,
+        logprobs=chunk_logprobs,
+        **(extra or {}),
     )
     return ChatCompletionChunk(
-        id=request_id, object="chat.completion.chunk", created=int(time.time()), model=model,
+        id=request_id,
+        object="chat.completion.chunk",
+        created=int(time.time()),
+        model=model,
         choices=[choice],
     )
 
@@ -157,6 +206,10 @@ def chat_chunk(
 def usage_chunk(request_id: str, model: str, jobs: list[Job], completion_tokens: int) -> Completion:
     """The last streamed completion chunk when `stream_options.include_usage` is set."""
     return Completion.model_construct(
-        id=request_id, object="text_completion", created=int(time.time()), model=model,
-        choices=[], usage=usage(jobs, completion_tokens),
+        id=request_id,
+        object="text_completion",
+        created=int(time.time()),
+        model=model,
+        choices=[],
+        usage=usage(jobs, completion_tokens),
     )

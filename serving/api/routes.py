@@ -60,8 +60,11 @@ async def stream_errors_as_events(events: AsyncIterator[str]) -> AsyncIterator[s
 
 
 async def completion_events(
-    deltas: AsyncIterator[tuple[gen.Job, Delta]], request_id: str, request: CompletionRequest,
-    jobs: list[gen.Job], decoder: resp.Decoder,
+    deltas: AsyncIterator[tuple[gen.Job, Delta]],
+    request_id: str,
+    request: CompletionRequest,
+    jobs: list[gen.Job],
+    decoder: resp.Decoder,
 ) -> AsyncIterator[str]:
     stream = resp.CompletionStream(request_id, request, decoder)
     completion_tokens = 0
@@ -73,17 +76,27 @@ async def completion_events(
 
 
 async def chat_events(
-    deltas: AsyncIterator[tuple[gen.Job, Delta]], request_id: str, request: ChatCompletionRequest,
-    jobs: list[gen.Job], decoder: resp.Decoder,
+    deltas: AsyncIterator[tuple[gen.Job, Delta]],
+    request_id: str,
+    request: ChatCompletionRequest,
+    jobs: list[gen.Job],
+    decoder: resp.Decoder,
 ) -> AsyncIterator[str]:
     for job in jobs:  # the role comes first, once per choice, as OpenAI sends it
-        yield resp.chat_chunk(request_id, request.model, job.index, "", None, role="assistant").model_dump_json()
+        yield resp.chat_chunk(
+            request_id, request.model, job.index, "", None, role="assistant"
+        ).model_dump_json()
     completion_tokens = 0
     async for job, delta in deltas:
         completion_tokens += delta.num_tokens
         chunk = resp.chat_chunk(
-            request_id, request.model, job.index, delta.text, delta.finish_reason,
-            extra=delta.extra, logprobs=resp.chat_logprobs(request, delta.logprobs, decoder),
+            request_id,
+            request.model,
+            job.index,
+            delta.text,
+            delta.finish_reason,
+            extra=delta.extra,
+            logprobs=resp.chat_logprobs(request, delta.logprobs, decoder),
         )
         yield chunk.model_dump_json()
     if request.include_usage_in_stream:
@@ -94,8 +107,11 @@ async def chat_events(
 
 
 def build_openai_app(
-    engine: Engine, title: str = "llm-serving", metrics: PlatformMetrics | None = None,
-    limits: RequestLimits | None = None, keys: KeyRing | None = None,
+    engine: Engine,
+    title: str = "llm-serving",
+    metrics: PlatformMetrics | None = None,
+    limits: RequestLimits | None = None,
+    keys: KeyRing | None = None,
 ) -> FastAPI:
     """OpenAI routes under /v1 plus /health, all errors in the OpenAI error shape; `keys` (when
     any) guard every route but /health, `limits` bound each request."""
@@ -109,7 +125,9 @@ def build_openai_app(
         app.add_middleware(StatusCounter, metrics=metrics)
 
     def deltas(jobs: list[gen.Job]) -> AsyncIterator[tuple[gen.Job, Delta]]:
-        return observed(gen.stream_jobs(engine, jobs, timeout_s), jobs, metrics, time.perf_counter())
+        return observed(
+            gen.stream_jobs(engine, jobs, timeout_s), jobs, metrics, time.perf_counter()
+        )
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
@@ -119,7 +137,9 @@ def build_openai_app(
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str) -> JSONResponse:
         if model_id != engine.model_name:
-            raise APIError(f"The model `{model_id}` does not exist.", 404, "model", "model_not_found")
+            raise APIError(
+                f"The model `{model_id}` does not exist.", 404, "model", "model_not_found"
+            )
         model = Model(id=engine.model_name, created=created, object="model", owned_by="llm-serving")
         return json_response(model)
 
@@ -150,7 +170,9 @@ def build_openai_app(
         try:
             await engine.check_health()
         except Exception as err:
-            raise APIError(f"engine unhealthy: {err}", status=503, code="engine_unhealthy") from None
+            raise APIError(
+                f"engine unhealthy: {err}", status=503, code="engine_unhealthy"
+            ) from None
         stats = engine.stats()
         return JSONResponse(
             {

@@ -40,8 +40,10 @@ class RuntimeAdapters:
         if model is None:
             raise bad_input(f"name the base model in `model` (one of {', '.join(self.allowed)})")
         if model not in self.allowed:
-            raise bad_input(f"model {model!r} does not take adapters at run time (set "
-                            f"runtime_adapters on it); these do: {', '.join(self.allowed) or 'none'}")
+            raise bad_input(
+                f"model {model!r} does not take adapters at run time (set "
+                f"runtime_adapters on it); these do: {', '.join(self.allowed) or 'none'}"
+            )
         return str(model)
 
     async def load(self, data: dict[str, Any]) -> str:
@@ -50,12 +52,16 @@ class RuntimeAdapters:
             raise bad_input("Both 'lora_name' and 'lora_path' must be provided.")
         model = self.base_model(data)
         if name in self.routes:
-            raise bad_input(f"The lora adapter '{name}' has already been loaded (or names a model).")
+            raise bad_input(
+                f"The lora adapter '{name}' has already been loaded (or names a model)."
+            )
         route = Route(model, name)
         try:
             await self.preload(route, path)
         except Exception as err:  # vLLM's refusal, carried back through the handle
-            raise bad_input(f"The lora adapter '{name}' could not be loaded: {reason(err)}") from None
+            raise bad_input(
+                f"The lora adapter '{name}' could not be loaded: {reason(err)}"
+            ) from None
         self.routes[name] = route
         self.paths[name] = path
         self.cards.append(adapter_card(name, path, model))
@@ -67,7 +73,9 @@ class RuntimeAdapters:
             raise bad_input("'lora_name' needs to be provided to unload a LoRA adapter.")
         if name not in self.paths:
             if name in self.routes:
-                raise bad_input(f"The lora adapter '{name}' is in the platform config; remove it there.")
+                raise bad_input(
+                    f"The lora adapter '{name}' is in the platform config; remove it there."
+                )
             raise bad_input(f"The lora adapter '{name}' cannot be found.", status=404)
         del self.routes[name], self.paths[name]
         self.cards = [card for card in self.cards if card["id"] != name]
@@ -84,5 +92,6 @@ def adapter_card(name: str, path: str, parent: str) -> dict[str, Any]:
     """vLLM's model card of an adapter (id, root: its path, parent: its base model)."""
     from vllm.entrypoints.serve.engine.protocol import ModelCard, ModelPermission
 
-    return ModelCard(id=name, root=path, parent=parent,
-                     permission=[ModelPermission()]).model_dump(mode="json")
+    return ModelCard(id=name, root=path, parent=parent, permission=[ModelPermission()]).model_dump(
+        mode="json"
+    )

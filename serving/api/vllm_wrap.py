@@ -24,8 +24,11 @@ from serving.metrics import PlatformMetrics
 def prompt_token_count(prompt: Any) -> int | None:
     """Tokens of what vLLM's serving layer hands the engine (an `EngineCoreRequest` or a
     tokens/engine input dict); None when it carries no token ids (e.g. a stream of inputs)."""
-    ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else getattr(
-        prompt, "prompt_token_ids", None)
+    ids = (
+        prompt.get("prompt_token_ids")
+        if isinstance(prompt, dict)
+        else getattr(prompt, "prompt_token_ids", None)
+    )
     return None if ids is None else len(ids)
 
 
@@ -37,25 +40,33 @@ def check_engine_request(prompt: Any, sampling_params: Any, limits: RequestLimit
     from vllm.exceptions import VLLMValidationError
 
     prompt_len = prompt_token_count(prompt)
-    if limits.max_prompt_tokens is not None and prompt_len is not None \
-            and prompt_len > limits.max_prompt_tokens:
+    if (
+        limits.max_prompt_tokens is not None
+        and prompt_len is not None
+        and prompt_len > limits.max_prompt_tokens
+    ):
         raise VLLMValidationError(
             f"the prompt has {prompt_len} tokens; the limit is "
-            f"limits.max_prompt_tokens={limits.max_prompt_tokens}", parameter="prompt",
-            value=prompt_len)
+            f"limits.max_prompt_tokens={limits.max_prompt_tokens}",
+            parameter="prompt",
+            value=prompt_len,
+        )
     requested = getattr(sampling_params, "max_tokens", None)
     if limits.max_tokens is not None and requested is not None and requested > limits.max_tokens:
         raise VLLMValidationError(
             f"max_tokens={requested} is over the limit limits.max_tokens={limits.max_tokens}",
-            parameter="max_tokens", value=requested)
+            parameter="max_tokens",
+            value=requested,
+        )
 
 
 def guard_generate(llm: Any, limits: RequestLimits) -> None:
     """Check every request the app sends `llm` (completions, chat, responses alike) first."""
     generate: Callable[..., AsyncIterator[Any]] = llm.generate
 
-    def guarded(prompt: Any, sampling_params: Any, request_id: str, *args: Any,
-                **kwargs: Any) -> AsyncIterator[Any]:
+    def guarded(
+        prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
         check_engine_request(prompt, sampling_params, limits)
         return generate(prompt, sampling_params, request_id, *args, **kwargs)
 
@@ -130,7 +141,9 @@ class OpenAIErrorBodies:
             detail = payload["detail"]
             message = detail if isinstance(detail, str) else json.dumps(detail)
             body = json.dumps(error_body(message, start["status"])).encode()
-            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            headers = [
+                (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
+            ]
             start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -146,8 +159,10 @@ def empty_assistant_message(body: bytes) -> APIError | None:
     items = payload.get("input") if isinstance(payload, dict) else None
     for index, item in enumerate(items if isinstance(items, list) else []):
         if isinstance(item, dict) and item.get("role") == "assistant" and item.get("content") == []:
-            return APIError(f"input[{index}].content: an assistant message needs at least one "
-                            "content part", param=f"input.{index}.content")
+            return APIError(
+                f"input[{index}].content: an assistant message needs at least one content part",
+                param=f"input.{index}.content",
+            )
     return None
 
 
@@ -160,8 +175,10 @@ class ResponsesInputCheck:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].endswith(
-            "/v1/responses"
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or not scope["path"].endswith("/v1/responses")
         ):
             await self.app(scope, receive, send)
             return
@@ -219,7 +236,10 @@ class WrappedApp:
 
 
 def wrap_vllm_app(
-    app: FastAPI, engine: Any, metrics: PlatformMetrics | None, limits: RequestLimits,
+    app: FastAPI,
+    engine: Any,
+    metrics: PlatformMetrics | None,
+    limits: RequestLimits,
     keys: KeyRing | None,
 ) -> WrappedApp:
     """vLLM's app with the platform's guards: outermost the status count, then the API key,
@@ -239,7 +259,9 @@ def wrap_vllm_app(
         outer = RequestDeadline(outer, limits.request_timeout_s)
     outer = BodySizeLimit(outer, limits.max_body_bytes)
     if keys is not None and keys.enabled:
-        outer = APIKeyAuth(outer, keys)  # a request without a key is refused before its body is read
+        outer = APIKeyAuth(
+            outer, keys
+        )  # a request without a key is refused before its body is read
     if metrics is not None:
         outer = StatusCounter(outer, metrics)
     return WrappedApp(outer, app)

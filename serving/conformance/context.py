@@ -32,7 +32,9 @@ class CaseContext:
 
 
 @contextmanager
-def case_context(target: Target, model: str, api_key: str, timeout_s: float) -> Iterator[CaseContext]:
+def case_context(
+    target: Target, model: str, api_key: str, timeout_s: float
+) -> Iterator[CaseContext]:
     """Clients that never retry (a case is one try) and give up after timeout_s per request."""
     headers = {"Authorization": f"Bearer {api_key}"}
     client = openai.OpenAI(base_url=target.url, api_key=api_key, max_retries=0, timeout=timeout_s)

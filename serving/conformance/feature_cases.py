@@ -45,25 +45,33 @@ def case_chat_logprobs(ctx: CaseContext) -> None:
         model=ctx.model, messages=CHAT, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3
     )
     entries = (out.choices[0].logprobs and out.choices[0].logprobs.content) or []
-    expect(len(entries) == out.usage.completion_tokens,
-           f"{len(entries)} logprobs for {out.usage.completion_tokens} tokens")
+    expect(
+        len(entries) == out.usage.completion_tokens,
+        f"{len(entries)} logprobs for {out.usage.completion_tokens} tokens",
+    )
     for entry in entries:
         expect(len(entry.top_logprobs) == 3, f"{len(entry.top_logprobs)} top_logprobs, asked 3")
         expect(entry.logprob <= 0, f"logprob {entry.logprob} > 0")
         # Greedy: the chosen token is the most likely one.
-        expect(entry.token == entry.top_logprobs[0].token,
-               f"greedy token {entry.token!r} is not the top one {entry.top_logprobs[0].token!r}")
+        expect(
+            entry.token == entry.top_logprobs[0].token,
+            f"greedy token {entry.token!r} is not the top one {entry.top_logprobs[0].token!r}",
+        )
 
 
 def case_completion_logprobs(ctx: CaseContext) -> None:
     out = complete(ctx, max_tokens=4, temperature=0, logprobs=2)
     logprobs = out.choices[0].logprobs
     expect(logprobs is not None and logprobs.tokens is not None, "no logprobs in the choice")
-    expect(len(logprobs.tokens) == out.usage.completion_tokens,
-           f"{len(logprobs.tokens)} logprobs for {out.usage.completion_tokens} tokens")
+    expect(
+        len(logprobs.tokens) == out.usage.completion_tokens,
+        f"{len(logprobs.tokens)} logprobs for {out.usage.completion_tokens} tokens",
+    )
     expect(all(value <= 0 for value in logprobs.token_logprobs), "a token logprob > 0")
-    expect(all(len(top) >= 2 for top in logprobs.top_logprobs or []) and bool(logprobs.top_logprobs),
-           "fewer than 2 top_logprobs per token")
+    expect(
+        all(len(top) >= 2 for top in logprobs.top_logprobs or []) and bool(logprobs.top_logprobs),
+        "fewer than 2 top_logprobs per token",
+    )
 
 
 def case_echo_prompt_logprobs(ctx: CaseContext) -> None:
@@ -72,8 +80,10 @@ def case_echo_prompt_logprobs(ctx: CaseContext) -> None:
     choice, usage = out.choices[0], out.usage
     expect(choice.text.startswith(PROMPT), f"echo did not return the prompt: {choice.text[:40]!r}")
     values = (choice.logprobs and choice.logprobs.token_logprobs) or []
-    expect(len(values) == usage.prompt_tokens + usage.completion_tokens,
-           f"{len(values)} logprobs for {usage.prompt_tokens}+{usage.completion_tokens} tokens")
+    expect(
+        len(values) == usage.prompt_tokens + usage.completion_tokens,
+        f"{len(values)} logprobs for {usage.prompt_tokens}+{usage.completion_tokens} tokens",
+    )
     expect(values[0] is None, f"first prompt token logprob {values[0]!r}, expected None")
     expect(all(isinstance(v, float) for v in values[1:]), "a prompt token without a logprob")
 
@@ -83,14 +93,19 @@ def expect_stream_usage(chunks: list, text: str) -> None:
     last = chunks[-1]
     expect(last.usage is not None, "no usage chunk at the end of the stream")
     expect(not last.choices, "the usage chunk carries choices")
-    expect(last.usage.completion_tokens >= 1, f"usage.completion_tokens {last.usage.completion_tokens}")
+    expect(
+        last.usage.completion_tokens >= 1, f"usage.completion_tokens {last.usage.completion_tokens}"
+    )
     expect(all(chunk.usage is None for chunk in chunks[:-1]), "usage before the last chunk")
     expect(isinstance(text, str), "no text streamed")
 
 
 def case_stream_chat_usage(ctx: CaseContext) -> None:
     stream = ctx.client.chat.completions.create(
-        model=ctx.model, messages=CHAT, max_tokens=MAX_TOKENS, stream=True,
+        model=ctx.model,
+        messages=CHAT,
+        max_tokens=MAX_TOKENS,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -100,7 +115,10 @@ def case_stream_chat_usage(ctx: CaseContext) -> None:
 
 def case_stream_completion_usage(ctx: CaseContext) -> None:
     stream = ctx.client.completions.create(
-        model=ctx.model, prompt=PROMPT, max_tokens=MAX_TOKENS, stream=True,
+        model=ctx.model,
+        prompt=PROMPT,
+        max_tokens=MAX_TOKENS,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -110,8 +128,11 @@ def case_stream_completion_usage(ctx: CaseContext) -> None:
 
 def case_json_object(ctx: CaseContext) -> None:
     out = ctx.client.chat.completions.create(
-        model=ctx.model, messages=[{"role": "user", "content": "Answer in JSON."}],
-        response_format={"type": "json_object"}, max_tokens=JSON_MAX_TOKENS, temperature=0,
+        model=ctx.model,
+        messages=[{"role": "user", "content": "Answer in JSON."}],
+        response_format={"type": "json_object"},
+        max_tokens=JSON_MAX_TOKENS,
+        temperature=0,
         frequency_penalty=JSON_FREQUENCY_PENALTY,
     )
     content, finish_reason = out.choices[0].message.content or "", out.choices[0].finish_reason
@@ -128,8 +149,11 @@ def parses_as_json(text: str) -> bool:
 
 def case_json_schema_parse(ctx: CaseContext) -> None:
     out = ctx.client.chat.completions.parse(
-        model=ctx.model, messages=[{"role": "user", "content": "Is Paris in France? Answer in JSON."}],
-        response_format=Answer, max_tokens=JSON_MAX_TOKENS, temperature=0,
+        model=ctx.model,
+        messages=[{"role": "user", "content": "Is Paris in France? Answer in JSON."}],
+        response_format=Answer,
+        max_tokens=JSON_MAX_TOKENS,
+        temperature=0,
         frequency_penalty=JSON_FREQUENCY_PENALTY,
     )
     parsed = out.choices[0].message.parsed
@@ -142,14 +166,20 @@ def expect_weather_calls(message) -> None:
     for call in calls:
         expect(call.function.name == "get_weather", f"tool {call.function.name!r}")
         arguments = call.function.arguments
-        expect(parses_as_json(arguments) and isinstance(json.loads(arguments), dict),
-               f"arguments not a JSON object: {arguments[:40]!r}")
+        expect(
+            parses_as_json(arguments) and isinstance(json.loads(arguments), dict),
+            f"arguments not a JSON object: {arguments[:40]!r}",
+        )
 
 
 def tool_request(ctx: CaseContext, tool_choice):
     return ctx.client.chat.completions.create(
-        model=ctx.model, messages=WEATHER_QUESTION, tools=[WEATHER_TOOL], tool_choice=tool_choice,
-        max_tokens=JSON_MAX_TOKENS, temperature=0,
+        model=ctx.model,
+        messages=WEATHER_QUESTION,
+        tools=[WEATHER_TOOL],
+        tool_choice=tool_choice,
+        max_tokens=JSON_MAX_TOKENS,
+        temperature=0,
     )
 
 
@@ -163,17 +193,26 @@ def case_required_tool_choice(ctx: CaseContext) -> None:
 
 
 def case_tool_message(ctx: CaseContext) -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+    }
     messages = [
         *WEATHER_QUESTION,
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
     ]
     out = ctx.client.chat.completions.create(
-        model=ctx.model, messages=messages, tools=[WEATHER_TOOL], max_tokens=MAX_TOKENS, temperature=0
+        model=ctx.model,
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
     )
-    expect(len(out.choices) == 1 and out.choices[0].message.role == "assistant", "no assistant reply")
+    expect(
+        len(out.choices) == 1 and out.choices[0].message.role == "assistant", "no assistant reply"
+    )
 
 
 def case_responses(ctx: CaseContext) -> None:

@@ -19,8 +19,14 @@ ROUTE_MISSING_STATUSES = frozenset({404, 405, 501})
 # How servers say a request field is not theirs: vLLM ("... is not supported"), pydantic with
 # extra="forbid" ("Extra inputs are not permitted"), this platform ("unrecognized request argument").
 UNSUPPORTED_MARKERS = (
-    "not supported", "unsupported", "unrecognized", "unknown field", "unknown parameter",
-    "extra inputs are not permitted", "extra_forbidden", "not implemented",
+    "not supported",
+    "unsupported",
+    "unrecognized",
+    "unknown field",
+    "unknown parameter",
+    "extra inputs are not permitted",
+    "extra_forbidden",
+    "not implemented",
 )
 
 

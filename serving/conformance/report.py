@@ -63,13 +63,20 @@ def summary_line(results: Sequence[CaseResult], target_names: Sequence[str]) -> 
     return ", ".join(parts)
 
 
-def to_json(results: Sequence[CaseResult], targets: Sequence[Target], models: dict[str, str]) -> dict:
+def to_json(
+    results: Sequence[CaseResult], targets: Sequence[Target], models: dict[str, str]
+) -> dict:
     return {
         "targets": [{"name": t.name, "url": t.url, "model": models.get(t.name)} for t in targets],
         "cases": case_names(results),
         "results": [
-            {"case": r.case, "target": r.target, "status": r.outcome.status,
-             "reason": r.outcome.reason, "seconds": round(r.seconds, 3)}
+            {
+                "case": r.case,
+                "target": r.target,
+                "status": r.outcome.status,
+                "reason": r.outcome.reason,
+                "seconds": round(r.seconds, 3),
+            }
             for r in results
         ],
     }

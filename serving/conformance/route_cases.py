@@ -19,15 +19,25 @@ def case_models(ctx: CaseContext) -> None:
 
 
 def case_tokenize_round_trip(ctx: CaseContext) -> None:
-    tokenized = ctx.http.post(
-        "/tokenize", json={"model": ctx.model, "prompt": ROUND_TRIP_TEXT, "add_special_tokens": False}
-    ).raise_for_status().json()
+    tokenized = (
+        ctx.http.post(
+            "/tokenize",
+            json={"model": ctx.model, "prompt": ROUND_TRIP_TEXT, "add_special_tokens": False},
+        )
+        .raise_for_status()
+        .json()
+    )
     tokens = tokenized.get("tokens")
     expect(isinstance(tokens, list) and len(tokens) > 0, f"no tokens: {tokenized}")
-    expect(tokenized.get("count") == len(tokens), f"count {tokenized.get('count')} != {len(tokens)}")
-    text = ctx.http.post(
-        "/detokenize", json={"model": ctx.model, "tokens": tokens}
-    ).raise_for_status().json().get("prompt")
+    expect(
+        tokenized.get("count") == len(tokens), f"count {tokenized.get('count')} != {len(tokens)}"
+    )
+    text = (
+        ctx.http.post("/detokenize", json={"model": ctx.model, "tokens": tokens})
+        .raise_for_status()
+        .json()
+        .get("prompt")
+    )
     expect(text == ROUND_TRIP_TEXT, f"round trip gave {text!r}")
 
 
@@ -38,8 +48,12 @@ def expect_openai_error(response: httpx.Response, status: int) -> None:
         error = response.json().get("error")
     except ValueError:
         error = None
-    expect(isinstance(error, dict) and isinstance(error.get("message"), str)
-           and isinstance(error.get("type"), str), f"not an OpenAI error body: {response.text[:60]!r}")
+    expect(
+        isinstance(error, dict)
+        and isinstance(error.get("message"), str)
+        and isinstance(error.get("type"), str),
+        f"not an OpenAI error body: {response.text[:60]!r}",
+    )
 
 
 def expect_status_error(ctx: CaseContext, status: int, **request) -> None:

@@ -57,7 +57,9 @@ def served_model(target: Target, api_key: str, timeout_s: float) -> str:
         with client:
             models = [model.id for model in client.models.list()]
     except openai.APIError as err:
-        raise ConformanceError(f"target {target.name} at {target.url}: cannot list models: {err}") from None
+        raise ConformanceError(
+            f"target {target.name} at {target.url}: cannot list models: {err}"
+        ) from None
     if not models:
         raise ConformanceError(f"target {target.name} at {target.url}: /v1/models lists no model")
     return models[0]

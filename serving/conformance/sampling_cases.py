@@ -33,7 +33,9 @@ def expect_same_as_greedy(ctx: CaseContext, field: str, **fields) -> None:
 def expect_bounded(completion_tokens: int, finish_reason: str | None, limit: int) -> None:
     expect(completion_tokens <= limit, f"{completion_tokens} tokens for a limit of {limit}")
     if finish_reason == "length":
-        expect(completion_tokens == limit, f"finish_reason length after {completion_tokens}/{limit}")
+        expect(
+            completion_tokens == limit, f"finish_reason length after {completion_tokens}/{limit}"
+        )
 
 
 def case_temperature(ctx: CaseContext) -> None:
@@ -87,7 +89,9 @@ def case_max_tokens(ctx: CaseContext) -> None:
 
 
 def case_max_completion_tokens(ctx: CaseContext) -> None:
-    out = ctx.client.chat.completions.create(model=ctx.model, messages=CHAT, max_completion_tokens=3)
+    out = ctx.client.chat.completions.create(
+        model=ctx.model, messages=CHAT, max_completion_tokens=3
+    )
     expect_bounded(out.usage.completion_tokens, out.choices[0].finish_reason, 3)
 
 
@@ -98,8 +102,13 @@ def case_min_tokens(ctx: CaseContext) -> None:
 
 def case_ignore_eos(ctx: CaseContext) -> None:
     out = complete(ctx, max_tokens=6, extra_body={"ignore_eos": True})
-    expect(out.usage.completion_tokens == 6, f"{out.usage.completion_tokens} tokens of 6 with ignore_eos")
-    expect(out.choices[0].finish_reason == "length", f"finish_reason {out.choices[0].finish_reason}")
+    expect(
+        out.usage.completion_tokens == 6,
+        f"{out.usage.completion_tokens} tokens of 6 with ignore_eos",
+    )
+    expect(
+        out.choices[0].finish_reason == "length", f"finish_reason {out.choices[0].finish_reason}"
+    )
 
 
 def case_seed(ctx: CaseContext) -> None:

@@ -17,7 +17,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from serving.analysis import AnalysisInputError
 from serving.analysis.architecture import (
-    attention_layers, config_report, module_tree, shipped_configs, shipped_model, shipped_report,
+    attention_layers,
+    config_report,
+    module_tree,
+    shipped_configs,
+    shipped_model,
+    shipped_report,
 )
 from serving.analysis.attention import attention_report, load_analysis_model
 from serving.analysis.console import console_page
@@ -57,7 +62,8 @@ class TraceRequest(UnicodeRequest):
 # The console page holds no model data (it reads the routes with the key typed into it).
 CONSOLE_PATHS = frozenset({"/"})
 ARCH_QUERY = Query(
-    None, description="A shipped architecture (GET /architectures) to analyse without weights, "
+    None,
+    description="A shipped architecture (GET /architectures) to analyse without weights, "
     "instead of the served model: `analyze --config-only` over HTTP.",
 )
 
@@ -71,8 +77,11 @@ class PrefixServesConsole:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and route_path(scope) == "/" and not scope["path"].endswith("/"):
-            scope = {**scope, "path": scope["path"] + "/",
-                     "raw_path": (scope.get("raw_path") or scope["path"].encode()) + b"/"}
+            scope = {
+                **scope,
+                "path": scope["path"] + "/",
+                "raw_path": (scope.get("raw_path") or scope["path"].encode()) + b"/",
+            }
         await self.app(scope, receive, send)
 
 
@@ -156,8 +165,14 @@ def build_analysis_api(
         fmt = format or body.format
         with model_lock:
             result = attention_report(
-                model, tokenizer, body.prompt, body.layers, body.heads, fmt,
-                settings.max_prompt_tokens, settings.max_attention_values,
+                model,
+                tokenizer,
+                body.prompt,
+                body.layers,
+                body.heads,
+                fmt,
+                settings.max_prompt_tokens,
+                settings.max_attention_values,
             )
         if fmt == "html":
             return HTMLResponse(result)
@@ -167,8 +182,13 @@ def build_analysis_api(
     def post_generation_trace(body: TraceRequest) -> dict[str, Any]:
         with model_lock:
             result = generation_trace(
-                model, tokenizer, body.prompt, body.max_new_tokens, body.mode,
-                settings.max_prompt_tokens, settings.max_new_tokens,
+                model,
+                tokenizer,
+                body.prompt,
+                body.max_new_tokens,
+                body.mode,
+                settings.max_prompt_tokens,
+                settings.max_new_tokens,
             )
         return {"model": model_name, **result}
 
@@ -186,7 +206,10 @@ class AnalysisServer:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_analysis_api(
-            self.model, self.tokenizer, self.config.analysis, self.config.model.name,
+            self.model,
+            self.tokenizer,
+            self.config.analysis,
+            self.config.model.name,
             default_tokens=self.config.model.max_model_len,
             keys=key_ring(self.config.analysis.auth or self.config.auth),
             max_body_bytes=self.config.limits.max_body_bytes,

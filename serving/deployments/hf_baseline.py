@@ -33,13 +33,18 @@ class HFBaseline:
         # Loading takes seconds; off the loop so the replica's event loop stays responsive.
         self.engine = await asyncio.to_thread(HFEngine.load, self.config, model_dir)
         replica = serve.get_replica_context().replica_id.unique_id
-        self.metrics = PlatformMetrics(MetricLabels("hf", self.config.model.name, "HFBaseline", replica))
+        self.metrics = PlatformMetrics(
+            MetricLabels("hf", self.config.model.name, "HFBaseline", replica)
+        )
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_openai_app(
-            self.engine, title="llm-serving (transformers baseline)", metrics=self.metrics,
-            limits=self.config.limits, keys=key_ring(self.config.auth),
+            self.engine,
+            title="llm-serving (transformers baseline)",
+            metrics=self.metrics,
+            limits=self.config.limits,
+            keys=key_ring(self.config.auth),
         )
 
     async def check_health(self) -> None:

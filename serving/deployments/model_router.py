@@ -26,15 +26,19 @@ def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
     settings = next(m for m in config.models if m.name == route.model).backpressure
     return APIError(
         f"model {route.model} is at capacity (backpressure); retry after "
-        f"{settings.retry_after_s:g} s", status=settings.status_code,
+        f"{settings.retry_after_s:g} s",
+        status=settings.status_code,
         headers={"Retry-After": f"{settings.retry_after_s:g}"},
     )
 
 
 def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
     """vLLM's model card of every configured adapter."""
-    return [adapter_card(adapter.name, adapter.path, entry.name)
-            for entry in config.models for adapter in entry.adapters]
+    return [
+        adapter_card(adapter.name, adapter.path, entry.name)
+        for entry in config.models
+        for adapter in entry.adapters
+    ]
 
 
 @serve.deployment(name="ModelRouter", max_ongoing_requests=4096, health_check_period_s=10)
@@ -46,7 +50,8 @@ class ModelRouter:
         # Serve's gRPC path between replicas (not Ray object refs): measured as fast as plain vLLM.
         self.models = {
             entry.name: serve.get_deployment_handle("VLLMServer", entry.app_name).options(
-                stream=True, method_name="asgi_call", _by_reference=False)
+                stream=True, method_name="asgi_call", _by_reference=False
+            )
             for entry in self.config.models
         }
         # An adapter's requests carry it as Serve's multiplexed model id: they go to a replica
@@ -54,8 +59,14 @@ class ModelRouter:
         self.handles = {route: self.handle(route) for route in routes.values()}
         allowed = [entry.name for entry in self.config.models if entry.runtime_adapters]
         self.runtime = RuntimeAdapters(routes, allowed, self.preload) if allowed else None
-        dispatch = ModelDispatch(routes, self.config.models[0].name, self.forward, self.refusal,
-                                 adapter_cards(self.config), self.runtime)
+        dispatch = ModelDispatch(
+            routes,
+            self.config.models[0].name,
+            self.forward,
+            self.refusal,
+            adapter_cards(self.config),
+            self.runtime,
+        )
         app: ASGIApp = BodySizeLimit(dispatch, self.config.limits.max_body_bytes)
         keys = key_ring(self.config.auth)
         self.asgi = APIKeyAuth(app, keys) if keys.enabled else app
@@ -71,8 +82,9 @@ class ModelRouter:
         # A runtime adapter's path goes along: any replica may be the first to load it.
         path = self.runtime.paths.get(route.adapter) if self.runtime and route.adapter else None
 
-        def send(scope: dict[str, Any], body: bytes,
-                 hint: RoutingHint) -> AsyncIterator[list[Message]]:
+        def send(
+            scope: dict[str, Any], body: bytes, hint: RoutingHint
+        ) -> AsyncIterator[list[Message]]:
             return handle.remote(scope, body, hint, path)
 
         return send
@@ -83,7 +95,9 @@ class ModelRouter:
         await handle.remote(route.adapter, path)
 
     def refusal(self, route: Route, err: Exception) -> APIError | None:
-        return backpressure_error(self.config, route) if isinstance(err, BackPressureError) else None
+        return (
+            backpressure_error(self.config, route) if isinstance(err, BackPressureError) else None
+        )
 
 
 def build_router_app(config: PlatformConfig) -> Application:

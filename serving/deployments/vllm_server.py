@@ -20,17 +20,16 @@ from ray.serve.handle import DeploymentHandle
 from starlette.types import Message
 
 from serving.adapters import resolve_adapter_path
+from serving.api.auth import key_ring
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
-from serving.routing import RoutingHint
-
-from serving.api.auth import key_ring
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import PlatformConfig, ReplicaResources
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
+from serving.routing import RoutingHint
 
 
 def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> dict[str, Any]:
@@ -68,20 +67,26 @@ class VLLMServer:
         model_dir = resolve_model(platform.model.ref, platform.model.cache_dir)
         self.config = with_adapter_dirs(platform, model_dir)
         resolved = time.perf_counter()
-        self.metrics = PlatformMetrics(MetricLabels(
-            "vllm", self.config.model.name, "VLLMServer", self.replica_id
-        ))
+        self.metrics = PlatformMetrics(
+            MetricLabels("vllm", self.config.model.name, "VLLMServer", self.replica_id)
+        )
         # Behind the model router adapters load when a request names one (Serve multiplexing).
-        self.engine = VLLMEngine.start(self.config, model_dir, self.metrics,
-                                       preload_adapters=not behind_router)
+        self.engine = VLLMEngine.start(
+            self.config, model_dir, self.metrics, preload_adapters=not behind_router
+        )
         vllm_app = await build_vllm_openai_app(self.engine)
         self.adapters = ReplicaAdapters(
             vllm_app.state.openai_serving_models,
             {adapter.name: adapter.path for adapter in self.config.vllm.adapters},
-            self.config.vllm.max_adapters, self.metrics.record_adapter_load,
+            self.config.vllm.max_adapters,
+            self.metrics.record_adapter_load,
         )
         self.openai_app = wrap_vllm_app(
-            vllm_app, self.engine, self.metrics, self.config.limits, key_ring(self.config.auth),
+            vllm_app,
+            self.engine,
+            self.metrics,
+            self.config.limits,
+            key_ring(self.config.auth),
         )
         self.engine.startup_timings = {
             "resolve_model": round(resolved - started, 2),
@@ -93,9 +98,13 @@ class VLLMServer:
     def __serve_build_asgi_app__(self) -> WrappedApp:
         return self.openai_app
 
-    async def asgi_call(self, scope: dict[str, Any], body: bytes,
-                        hint: RoutingHint | None = None,
-                        adapter_path: str | None = None) -> AsyncIterator[list[Message]]:
+    async def asgi_call(
+        self,
+        scope: dict[str, Any],
+        body: bytes,
+        hint: RoutingHint | None = None,
+        adapter_path: str | None = None,
+    ) -> AsyncIterator[list[Message]]:
         """One HTTP request dispatched by the model router through a Serve handle (no second
         HTTP hop): vLLM's app runs it here and its response messages stream back in batches.
         `hint` is for the request router that picked this replica; `adapter_path` is the path
@@ -121,8 +130,11 @@ class VLLMServer:
         """What the load_aware request router reads of this replica (Serve's controller polls
         it every request_routing_stats_period_s)."""
         stats = self.engine.stats()
-        return {"running": stats.running, "waiting": stats.waiting,
-                "kv_cache_usage": stats.kv_cache_usage}
+        return {
+            "running": stats.running,
+            "waiting": stats.waiting,
+            "kv_cache_usage": stats.kv_cache_usage,
+        }
 
     async def check_health(self) -> None:
         """Serve's replica health check: a dead engine gets the replica replaced."""
@@ -148,8 +160,9 @@ def with_replica_header(message: Message, replica_id: str) -> Message:
 def with_adapter_dirs(config: PlatformConfig, model_dir: Path) -> PlatformConfig:
     """The config with each adapter's path as vLLM loads it (demo adapters built here)."""
     adapters = [
-        adapter.model_copy(update={"path": resolve_adapter_path(
-            adapter.path, model_dir, config.model.cache_dir)})
+        adapter.model_copy(
+            update={"path": resolve_adapter_path(adapter.path, model_dir, config.model.cache_dir)}
+        )
         for adapter in config.vllm.adapters
     ]
     return config.model_copy(update={"vllm": config.vllm.model_copy(update={"adapters": adapters})})

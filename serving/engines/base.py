@@ -6,7 +6,7 @@ import logging
 import math
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 FinishReason = Literal["stop", "length"]
@@ -71,7 +71,11 @@ class EngineStats:
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:
-        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else None
+        return (
+            self.prefix_cache_hits / self.prefix_cache_queries
+            if self.prefix_cache_queries
+            else None
+        )
 
 
 @runtime_checkable
@@ -105,7 +109,12 @@ class Engine(Protocol):
 # `--generation-config auto`, the default of `vllm serve`): they replace the neutral defaults of
 # a request that leaves them out. `max_new_tokens` is not taken: max_tokens has its own default.
 MODEL_SAMPLING_FIELDS = (
-    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
     "frequency_penalty",
 )
 

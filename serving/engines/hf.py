@@ -14,6 +14,7 @@ seeded request gives the same tokens in every mode (serving/engines/hf_rows.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -98,8 +99,14 @@ class HFEngine:
     modes: tuple[str, ...] = MODES
     supports_logprobs = True
 
-    def __init__(self, model: Any, tokenizer: Any, model_name: str, max_model_len: int,
-                 settings: HFDeploymentConfig) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        model_name: str,
+        max_model_len: int,
+        settings: HFDeploymentConfig,
+    ) -> None:
         self.startup_timings: dict[str, float] = {}
         self.sampling_defaults: dict[str, float] = {}
         self.model = model
@@ -127,9 +134,13 @@ class HFEngine:
     @classmethod
     def load(cls, config: PlatformConfig, model_dir: Path) -> HFEngine:
         device = "cuda" if config.hf.resources.accelerator == "gpu" else "cpu"
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=load_dtype(config.model.dtype, device)
-        ).to(device).eval()
+        model = (
+            AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=load_dtype(config.model.dtype, device)
+            )
+            .to(device)
+            .eval()
+        )
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         limit = getattr(model.config, "max_position_embeddings", None) or config.model.max_model_len
         max_len = min(config.model.max_model_len, limit)
@@ -145,7 +156,10 @@ class HFEngine:
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue[Delta | BaseException] = asyncio.Queue()
         row = Row(
-            request_id, list(prompt_token_ids), sampling, sampling.mode or self.default_mode,
+            request_id,
+            list(prompt_token_ids),
+            sampling,
+            sampling.mode or self.default_mode,
             emit=lambda item: _call_soon(loop, outbox.put_nowait, item),
             generator=seeded_generator(sampling.seed, self.device),
         )
@@ -225,8 +239,9 @@ class HFEngine:
         while len(rows) < self.max_batch_size:
             remaining = deadline - time.perf_counter()
             try:  # past the window, still take whatever is already queued (it waited anyway)
-                row = self._jobs.get(timeout=remaining if remaining > 0 else None,
-                                     block=remaining > 0)
+                row = self._jobs.get(
+                    timeout=remaining if remaining > 0 else None, block=remaining > 0
+                )
             except queue.Empty:
                 break
             if row is not None and row.mode == "static-batch" and not row.cancelled.is_set():
@@ -256,11 +271,15 @@ class HFEngine:
     def _run_generate(self, rows: list[Row]) -> None:
         input_ids, attention_mask = left_pad([r.prompt_ids for r in rows], self.pad_id, self.device)
         config = GenerationConfig(
-            max_new_tokens=max(r.spec.max_tokens for r in rows), do_sample=False,
-            pad_token_id=self.pad_id, eos_token_id=None,
+            max_new_tokens=max(r.spec.max_tokens for r in rows),
+            do_sample=False,
+            pad_token_id=self.pad_id,
+            eos_token_id=None,
         )
         self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            generation_config=config,
             logits_processor=LogitsProcessorList([PickAndStream(self, rows)]),
             stopping_criteria=StoppingCriteriaList([RowsDone(rows)]),
         )
@@ -318,14 +337,14 @@ class HFEngine:
         if row.spec.stop:  # hold back what could be the start of a stop string
             text = text[: len(text) - (max(len(s) for s in row.spec.stop) - 1)]
         text = text.rstrip("\ufffd")  # a multi-byte character not complete yet
-        new = text[len(row.text_sent):]
+        new = text[len(row.text_sent) :]
         if new:
             row.text_sent += new
             row.emit(take_delta(row, new))
 
     def _send_final(self, row: Row, text: str, finish: FinishReason) -> None:
         extra = {"timings": row_timings(row)} if row.spec.timings else None
-        delta = take_delta(row, text[len(row.text_sent):], finish, extra)
+        delta = take_delta(row, text[len(row.text_sent) :], finish, extra)
         row.text_sent = text
         if row.mode == "static-batch":
             row.held = delta  # a static batch answers everyone when its longest row ends
@@ -342,7 +361,5 @@ def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, func: Callable[..., None], *args: Any) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody listens any more
         loop.call_soon_threadsafe(func, *args)
-    except RuntimeError:  # the caller's loop is gone: nobody is listening any more
-        pass

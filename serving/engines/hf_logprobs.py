@@ -42,7 +42,7 @@ def prompt_logprobs(
     cache = None
     last = len(prompt_ids) - 1  # the last token predicts the output, not the prompt
     for start in range(0, last, chunk):
-        ids = torch.tensor([prompt_ids[start:min(start + chunk, last)]], device=device)
+        ids = torch.tensor([prompt_ids[start : min(start + chunk, last)]], device=device)
         out = model(input_ids=ids, past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         for offset, row in enumerate(out.logits[0]):  # row predicts the token after its own

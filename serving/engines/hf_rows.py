@@ -57,7 +57,10 @@ def take_delta(
     """The row's next delta: new text plus the tokens (and logprobs) not sent yet."""
     asked = row.spec.logprobs is not None
     delta = Delta(
-        text, row.unsent_tokens, finish, extra,
+        text,
+        row.unsent_tokens,
+        finish,
+        extra,
         logprobs=tuple(row.unsent_logprobs) if asked else None,
         prompt_logprobs=row.prompt_logprobs,
     )
@@ -127,6 +130,6 @@ def left_pad(
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, prompt in enumerate(prompts):
-        ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        mask[i, width - len(prompt):] = 1
+        ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[i, width - len(prompt) :] = 1
     return ids.to(device), mask.to(device)

@@ -105,8 +105,9 @@ def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | 
     return PlatformStatsLogger
 
 
-def record_prefix_cache(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | None,
-                        stats: Any) -> None:
+def record_prefix_cache(
+    snapshot: SchedulerSnapshot, metrics: PlatformMetrics | None, stats: Any
+) -> None:
     """Each step's prefix-cache lookups (prompt tokens) and hits, summed since start."""
     if stats is None or not stats.queries:
         return
@@ -155,9 +156,13 @@ class VLLMEngine:
         self._snapshot = snapshot
 
     @classmethod
-    def start(cls, config: PlatformConfig, model_dir: Path,
-              metrics: PlatformMetrics | None = None,
-              preload_adapters: bool = True) -> VLLMEngine:
+    def start(
+        cls,
+        config: PlatformConfig,
+        model_dir: Path,
+        metrics: PlatformMetrics | None = None,
+        preload_adapters: bool = True,
+    ) -> VLLMEngine:
         apply_engine_env(config, os.environ)
         started = time.perf_counter()
         from vllm.usage.usage_lib import UsageContext
@@ -178,7 +183,8 @@ class VLLMEngine:
             in_child = config.vllm.engine.engine_core == "process"
             engine_class = AsyncLLM if in_child else inproc_async_llm_class()
             llm = engine_class.from_vllm_config(
-                vllm_config, usage_context=UsageContext.OPENAI_API_SERVER,
+                vllm_config,
+                usage_context=UsageContext.OPENAI_API_SERVER,
                 stat_loggers=[engine_stats_logger(snapshot, metrics)],
                 enable_log_requests=engine_args.enable_log_requests,
                 disable_log_stats=engine_args.disable_log_stats,

@@ -65,8 +65,9 @@ def lora_options(config: PlatformConfig, preload: bool = True) -> dict[str, Any]
     return options
 
 
-def server_options(config: PlatformConfig, model_dir: Path | str,
-                   preload_adapters: bool = True) -> dict[str, Any]:
+def server_options(
+    config: PlatformConfig, model_dir: Path | str, preload_adapters: bool = True
+) -> dict[str, Any]:
     """Every `vllm serve` option of the replica: the typed fields, then `vllm.args`. An option
     set in both places, or one the platform owns, is a config error naming it."""
     typed = {k: v for k, v in typed_options(config, preload_adapters).items() if v is not None}
@@ -79,7 +80,9 @@ def server_options(config: PlatformConfig, model_dir: Path | str,
     if config.limits.max_tokens is not None:
         # vLLM's default max_tokens for a request that sets none (else the rest of the context).
         overrides = dict(extra.get("override_generation_config") or {})
-        cap = min(overrides.get("max_new_tokens", config.limits.max_tokens), config.limits.max_tokens)
+        cap = min(
+            overrides.get("max_new_tokens", config.limits.max_tokens), config.limits.max_tokens
+        )
         extra["override_generation_config"] = {**overrides, "max_new_tokens": cap}
     return {
         "model": str(model_dir),
@@ -130,8 +133,9 @@ def parse_server_options(options: dict[str, Any]) -> argparse.Namespace:
     return args
 
 
-def server_namespace(config: PlatformConfig, model_dir: Path | str,
-                     preload_adapters: bool = True) -> argparse.Namespace:
+def server_namespace(
+    config: PlatformConfig, model_dir: Path | str, preload_adapters: bool = True
+) -> argparse.Namespace:
     try:
         return parse_server_options(server_options(config, model_dir, preload_adapters))
     except ServerArgsError as err:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import sys
@@ -106,8 +107,13 @@ class ThreadedCoreClient:
     async def is_sleeping_async(self) -> bool:
         return await self._call(lambda core: core.is_sleeping())
 
-    async def collective_rpc_async(self, method: Any, timeout: float | None = None,
-                                   args: tuple = (), kwargs: dict | None = None) -> Any:
+    async def collective_rpc_async(
+        self,
+        method: Any,
+        timeout: float | None = None,
+        args: tuple = (),
+        kwargs: dict | None = None,
+    ) -> Any:
         return await self._call(lambda core: core.collective_rpc(method, timeout, args, kwargs))
 
     def dp_engines_running(self) -> bool:
@@ -190,10 +196,8 @@ class ThreadedCoreClient:
                     future.set_result(result)
 
     def _deliver(self, item: Any) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: the replica is going
             self._loop.call_soon_threadsafe(self._outputs.put_nowait, item)
-        except RuntimeError:  # the event loop is closed: the replica is going away
-            pass
 
 
 def _finished(request_ids: list[str], error: bool) -> Any:
@@ -211,8 +215,9 @@ def inproc_async_llm_class() -> type:
     from vllm.v1.engine.core_client import EngineCoreClient
 
     class InprocAsyncLLM(AsyncLLM):
-        def __init__(self, vllm_config: Any, executor_class: Any, log_stats: bool,
-                     **kwargs: Any) -> None:
+        def __init__(
+            self, vllm_config: Any, executor_class: Any, log_stats: bool, **kwargs: Any
+        ) -> None:
             def build() -> Any:
                 return EngineCore(vllm_config, executor_class, log_stats)
 

@@ -20,8 +20,13 @@ class AdapterLoadError(RuntimeError):
 class ReplicaAdapters:
     """The adapters of one replica; `load(name)` before a request that names one."""
 
-    def __init__(self, serving_models: Any, paths: dict[str, str], capacity: int,
-                 on_load: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        serving_models: Any,
+        paths: dict[str, str],
+        capacity: int,
+        on_load: Callable[[str], None],
+    ) -> None:
         self.serving_models = serving_models  # vLLM's OpenAIServingModels of the replica's app
         self.paths = paths
         self.on_load = on_load
@@ -37,8 +42,9 @@ class ReplicaAdapters:
         from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest
 
         # load_inplace: vLLM may still list it from an earlier load that Serve has evicted.
-        request = LoadLoRAAdapterRequest(lora_name=name, lora_path=self.paths[name],
-                                         load_inplace=True)
+        request = LoadLoRAAdapterRequest(
+            lora_name=name, lora_path=self.paths[name], load_inplace=True
+        )
         result = await self.serving_models.load_lora_adapter(request)
         if not isinstance(result, str):  # vLLM's ErrorResponse
             raise AdapterLoadError(f"adapter {name}: {result.error.message}")

@@ -58,7 +58,10 @@ def install_phase_log() -> Path | None:
     os.close(fd)
     config = copy.deepcopy(DEFAULT_LOGGING_CONFIG)
     config["handlers"]["startup_phases"] = {
-        "class": f"{__name__}.PhaseFileHandler", "filename": name, "level": "INFO", "delay": True,
+        "class": f"{__name__}.PhaseFileHandler",
+        "filename": name,
+        "level": "INFO",
+        "delay": True,
     }
     config["loggers"]["vllm"]["handlers"].append("startup_phases")
     config_path = Path(name).with_suffix(".json")
@@ -80,8 +83,11 @@ def read_markers(path: Path | None) -> dict[str, float]:
 
 def phase_seconds(marks: dict[str, float]) -> dict[str, float]:
     """Seconds per phase whose two ends are known, in start-up order."""
-    return {name: round(marks[end] - marks[begin], 2) for name, begin, end in PHASES
-            if begin in marks and end in marks}
+    return {
+        name: round(marks[end] - marks[begin], 2)
+        for name, begin, end in PHASES
+        if begin in marks and end in marks
+    }
 
 
 def remove_phase_log(path: Path | None) -> None:
@@ -111,8 +117,9 @@ def main() -> None:
     try:
         config = load_config(options.config)
         if options.model:
-            config = config.model_copy(update={"model": config.model.model_copy(
-                update={"ref": options.model})})
+            config = config.model_copy(
+                update={"model": config.model.model_copy(update={"ref": options.model})}
+            )
         model_dir = resolve_model(config.model.ref, config.model.cache_dir)
     except (ConfigError, ModelNotFoundError) as err:
         sys.exit(f"error: {err}")

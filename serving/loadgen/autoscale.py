@@ -99,6 +99,7 @@ class Run:
 
 # -- pure: the dashboard's answer and the timeline maths -------------------------------------------
 
+
 def path_under(path: str, prefix: str) -> bool:
     prefix = prefix.rstrip("/")
     return not prefix or path == prefix or path.startswith(prefix + "/")
@@ -122,8 +123,11 @@ def find_deployment(body: dict[str, Any], target_path: str, model: str | None = 
     apps = body.get("applications") or {}
     app_name = f"vllm-{model}" if model else ""
     if app_name not in apps:
-        routed = [(len(app["route_prefix"]), name) for name, app in apps.items()
-                  if app.get("route_prefix") and path_under(target_path, app["route_prefix"])]
+        routed = [
+            (len(app["route_prefix"]), name)
+            for name, app in apps.items()
+            if app.get("route_prefix") and path_under(target_path, app["route_prefix"])
+        ]
         if not routed:
             raise TargetError(f"no Serve application routes {target_path!r} (apps: {sorted(apps)})")
         app_name = max(routed)[1]
@@ -136,12 +140,14 @@ def find_deployment(body: dict[str, Any], target_path: str, model: str | None = 
 def replica_sample(t: float, deployment: dict[str, Any]) -> ReplicaSample:
     states = Counter(replica["state"] for replica in deployment.get("replicas", []))
     running, stopping = states.pop("RUNNING", 0), states.pop("STOPPING", 0)
-    return ReplicaSample(t, running, sum(states.values()), stopping,
-                         int(deployment["target_num_replicas"]))
+    return ReplicaSample(
+        t, running, sum(states.values()), stopping, int(deployment["target_num_replicas"])
+    )
 
 
-def first_time(samples: list[ReplicaSample], after: float,
-               holds: Callable[[ReplicaSample], bool]) -> float | None:
+def first_time(
+    samples: list[ReplicaSample], after: float, holds: Callable[[ReplicaSample], bool]
+) -> float | None:
     return next((s.t for s in samples if s.t >= after and holds(s)), None)
 
 
@@ -160,8 +166,11 @@ def scale_down_decided_at(samples: list[ReplicaSample], load_end: float) -> floa
 
 def back_to_one_at(samples: list[ReplicaSample], load_end: float) -> float | None:
     """One replica serving, none starting or stopping, and Serve wants no more."""
-    return first_time(samples, load_end, lambda s: (s.running, s.starting, s.stopping) == (1, 0, 0)
-                      and s.target <= 1)
+    return first_time(
+        samples,
+        load_end,
+        lambda s: (s.running, s.starting, s.stopping) == (1, 0, 0) and s.target <= 1,
+    )
 
 
 def _since(at: float | None, origin: float | None) -> float | None:
@@ -177,8 +186,9 @@ def figures(samples: list[ReplicaSample], load_end: float | None) -> dict[str, f
         "scale_up_decision_s": _since(scale_up_decided_at(samples), 0.0),
         "second_replica_serving_s": _since(up, 0.0),
         "load_duration_s": None if load_end is None else round(load_end, 2),
-        "scale_down_decision_s": _since(None if end is None else scale_down_decided_at(samples, end),
-                                        load_end),
+        "scale_down_decision_s": _since(
+            None if end is None else scale_down_decided_at(samples, end), load_end
+        ),
         "back_to_one_s": _since(None if end is None else back_to_one_at(samples, end), load_end),
     }
 
@@ -208,12 +218,14 @@ def retry_wait(result: RequestResult) -> float:
 
 # -- the run -----------------------------------------------------------------------------------
 
+
 def default_queue_source(metrics_url: str | None, target: Target) -> StatsSource:
     """The platform's own gauges summed over replicas; without a metrics URL the target's
     /health (one replica's numbers per read)."""
     if metrics_url:
-        return PrometheusSource(metrics_url, f"ray_{platform_metrics.RUNNING}",
-                                f"ray_{platform_metrics.QUEUE_DEPTH}")
+        return PrometheusSource(
+            metrics_url, f"ray_{platform_metrics.RUNNING}", f"ray_{platform_metrics.QUEUE_DEPTH}"
+        )
     return HealthSource(f"{target.origin}/health")
 
 
@@ -229,14 +241,16 @@ def ray_auth_headers() -> dict[str, str]:
 
 
 async def read_applications(http: httpx.AsyncClient, dashboard_url: str) -> dict[str, Any]:
-    response = await http.get(f"{dashboard_url.rstrip('/')}/api/serve/applications/",
-                              headers=ray_auth_headers())
+    response = await http.get(
+        f"{dashboard_url.rstrip('/')}/api/serve/applications/", headers=ray_auth_headers()
+    )
     response.raise_for_status()
     return response.json()
 
 
-async def locate(http: httpx.AsyncClient, plan: AutoscalePlan,
-                 tries: int = LOCATE_TRIES) -> Deployment:
+async def locate(
+    http: httpx.AsyncClient, plan: AutoscalePlan, tries: int = LOCATE_TRIES
+) -> Deployment:
     """The target's deployment; the dashboard's Serve API answers 5xx for a while after a deploy."""
     path = urlparse(plan.target.base_url).path
     model = plan.target.model or plan.opts.model
@@ -247,7 +261,9 @@ async def locate(http: httpx.AsyncClient, plan: AutoscalePlan,
     try:
         return find_deployment(await read_applications(http, plan.dashboard_url), path, model)
     except (httpx.HTTPError, ValueError) as err:
-        raise TargetError(f"Ray dashboard {plan.dashboard_url}: {describe_http_error(err)}") from None
+        raise TargetError(
+            f"Ray dashboard {plan.dashboard_url}: {describe_http_error(err)}"
+        ) from None
 
 
 def describe_http_error(err: Exception) -> str:
@@ -285,8 +301,9 @@ async def poll_queue(http: httpx.AsyncClient, plan: AutoscalePlan, run: Run, t0:
         await asyncio.sleep(plan.queue_interval_s)
 
 
-async def step_load(client: openai.AsyncOpenAI, plan: AutoscalePlan, run: Run,
-                    stop: asyncio.Event) -> None:
+async def step_load(
+    client: openai.AsyncOpenAI, plan: AutoscalePlan, run: Run, stop: asyncio.Event
+) -> None:
     """`concurrency` requests in flight (closed loop) until `stop`, bounded by the specs."""
     pending = iter(plan.specs)  # shared by the workers: every spec is sent at most once
 
@@ -341,8 +358,10 @@ async def run_autoscale(plan: AutoscalePlan) -> Run:
         client = make_client(plan.target, plan.opts)
         stop = asyncio.Event()
         t0 = time.perf_counter()
-        pollers = [asyncio.create_task(poll_replicas(http, plan, run, t0)),
-                   asyncio.create_task(poll_queue(http, plan, run, t0))]
+        pollers = [
+            asyncio.create_task(poll_replicas(http, plan, run, t0)),
+            asyncio.create_task(poll_queue(http, plan, run, t0)),
+        ]
         watcher = asyncio.create_task(stop_when_scaled(plan, run, stop, t0))
         try:
             await step_load(client, plan, run, stop)
@@ -362,6 +381,7 @@ async def run_autoscale(plan: AutoscalePlan) -> Run:
 
 # -- the command ---------------------------------------------------------------------------------
 
+
 def local_endpoints() -> tuple[str | None, str | None]:
     """(dashboard, metrics) URLs of the platform `llm-serving up` started here, if any."""
     from serving.local import load_state
@@ -377,7 +397,9 @@ def build_plan(args: Any, dashboard: str | None) -> AutoscalePlan:
 
     if len(args.target_items) > 1 or args.peers or args.requirements:
         raise bench.UsageError("--scenario autoscale takes one --target and no --peer/--require")
-    targets = bench.parse_targets(args.target_items) if args.target_items else bench.default_targets()
+    targets = (
+        bench.parse_targets(args.target_items) if args.target_items else bench.default_targets()
+    )
     local_dashboard, local_metrics = local_endpoints()
     if dashboard is not None and not dashboard.startswith(("http://", "https://")):
         raise bench.UsageError(f"--dashboard {dashboard!r}: expected http://HOST:PORT")
@@ -387,10 +409,14 @@ def build_plan(args: Any, dashboard: str | None) -> AutoscalePlan:
     # The local metrics endpoint only describes the cluster whose dashboard this is.
     metrics_url = local_metrics if dashboard == (local_dashboard or "").rstrip("/") else None
     model = asyncio.run(bench.check_targets(targets, args.model))
-    opts = RequestOptions(model, args.endpoint, not args.free_length, timeout_s=args.request_timeout)
+    opts = RequestOptions(
+        model, args.endpoint, not args.free_length, timeout_s=args.request_timeout
+    )
     return AutoscalePlan(
-        target=targets[0], dashboard_url=dashboard,
-        queue_source=default_queue_source(metrics_url, targets[0]), opts=opts,
+        target=targets[0],
+        dashboard_url=dashboard,
+        queue_source=default_queue_source(metrics_url, targets[0]),
+        opts=opts,
         specs=bench.build_requests(args),
         concurrency=max(bench.parse_list(args.concurrency, int, "--concurrency")),
         max_load_s=args.duration if math.isfinite(args.duration) else MAX_LOAD_S,
@@ -408,8 +434,11 @@ def run_command(args: Any, dashboard: str | None) -> dict[str, Any]:
     from serving.loadgen import autoscale_report
 
     plan = build_plan(args, dashboard)
-    click.echo(f"autoscale: step of {plan.concurrency} in flight against {plan.target.base_url}; "
-               f"replicas from {plan.dashboard_url}", err=True)
+    click.echo(
+        f"autoscale: step of {plan.concurrency} in flight against {plan.target.base_url}; "
+        f"replicas from {plan.dashboard_url}",
+        err=True,
+    )
     run = asyncio.run(run_autoscale(plan))
     document = autoscale_report.build_document(plan, run)
     out = Path(args.output_dir or f"bench-results/{dt.datetime.now():%Y%m%d-%H%M%S}")

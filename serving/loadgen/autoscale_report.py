@@ -35,9 +35,13 @@ def build_document(plan: AutoscalePlan, run: Run) -> dict[str, Any]:
         "application": dep.application,
         "deployment": dep.name,
         "autoscaling_config": dep.autoscaling_config,
-        "load": {"concurrency": plan.concurrency, "max_requests": len(plan.specs),
-                 "output_len": plan.specs[0].output_len if plan.specs else None,
-                 "max_load_s": plan.max_load_s, "hold_after_scale_up_s": plan.hold_s},
+        "load": {
+            "concurrency": plan.concurrency,
+            "max_requests": len(plan.specs),
+            "output_len": plan.specs[0].output_len if plan.specs else None,
+            "max_load_s": plan.max_load_s,
+            "hold_after_scale_up_s": plan.hold_s,
+        },
         "figures": figures(run.replicas, run.load_end),
         "requests": request_counts(run.results),
         "replica_startup_s": run.startup_s,
@@ -45,8 +49,9 @@ def build_document(plan: AutoscalePlan, run: Run) -> dict[str, Any]:
         "poll_errors": dict(run.poll_errors),
         "timeline": {
             "replicas_columns": ["t", "running", "starting", "stopping", "target"],
-            "replicas": [[round(s.t, 2), s.running, s.starting, s.stopping, s.target]
-                         for s in run.replicas],
+            "replicas": [
+                [round(s.t, 2), s.running, s.starting, s.stopping, s.target] for s in run.replicas
+            ],
             "queue_columns": ["t", "in_flight", "running", "waiting"],
             "queue": [[round(s.t, 2), s.in_flight, s.running, s.waiting] for s in run.queue],
         },
@@ -57,27 +62,38 @@ def other_deployments(run: Run) -> dict[str, dict[str, int]]:
     """The most replicas each other autoscaling deployment ran or was asked for meanwhile: a
     burst on one model must leave the others as they were."""
     return {
-        name: {"min_running": min(s.running for s in samples),
-               "max_running": max(s.running for s in samples),
-               "max_target": max(s.target for s in samples)}
-        for name, samples in sorted(run.others.items()) if samples
+        name: {
+            "min_running": min(s.running for s in samples),
+            "max_running": max(s.running for s in samples),
+            "max_target": max(s.target for s in samples),
+        }
+        for name, samples in sorted(run.others.items())
+        if samples
     }
 
 
 def others_text(document: dict[str, Any]) -> str:
     others = document.get("other_deployments") or {}
-    return "; ".join(f"{name} ran {o['min_running']}-{o['max_running']} replicas (target at most "
-                     f"{o['max_target']})" for name, o in others.items())
+    return "; ".join(
+        f"{name} ran {o['min_running']}-{o['max_running']} replicas (target at most "
+        f"{o['max_target']})"
+        for name, o in others.items()
+    )
 
 
 def timeline_markers(fig: dict[str, float | None]) -> list[tuple[float, str]]:
     """(seconds since the burst started, label) of each event that happened; scale-down figures
     count from the load's end."""
     end = fig["load_duration_s"]
-    events = [(fig["scale_up_decision_s"], "scale-up decided"),
-              (fig["second_replica_serving_s"], "2nd replica serving"), (end, "load ended"),
-              (None if end is None or fig["back_to_one_s"] is None else end + fig["back_to_one_s"],
-               "one replica")]
+    events = [
+        (fig["scale_up_decision_s"], "scale-up decided"),
+        (fig["second_replica_serving_s"], "2nd replica serving"),
+        (end, "load ended"),
+        (
+            None if end is None or fig["back_to_one_s"] is None else end + fig["back_to_one_s"],
+            "one replica",
+        ),
+    ]
     return [(at, label) for at, label in events if at is not None]
 
 
@@ -87,26 +103,44 @@ def _seconds(value: float | None) -> str:
 
 def console_summary(document: dict[str, Any]) -> str:
     fig, req = document["figures"], document["requests"]
-    return (f"autoscale {document['application']}/{document['deployment']}: scale-up decided "
-            f"{_seconds(fig['scale_up_decision_s'])}, second replica serving "
-            f"{_seconds(fig['second_replica_serving_s'])} after the burst began; back to one "
-            f"replica {_seconds(fig['back_to_one_s'])} after the load ended; "
-            f"{req['completed']}/{req['sent']} completed, {req['refused_with_retry_after']} "
-            f"refused with Retry-After, {req['failed']} failed"
-            + (f"\nmeanwhile the other deployments: {others_text(document)}"
-               if others_text(document) else ""))
+    return (
+        f"autoscale {document['application']}/{document['deployment']}: scale-up decided "
+        f"{_seconds(fig['scale_up_decision_s'])}, second replica serving "
+        f"{_seconds(fig['second_replica_serving_s'])} after the burst began; back to one "
+        f"replica {_seconds(fig['back_to_one_s'])} after the load ended; "
+        f"{req['completed']}/{req['sent']} completed, {req['refused_with_retry_after']} "
+        f"refused with Retry-After, {req['failed']} failed"
+        + (
+            f"\nmeanwhile the other deployments: {others_text(document)}"
+            if others_text(document)
+            else ""
+        )
+    )
 
 
 def summary_markdown(document: dict[str, Any]) -> str:
-    lines = [f"# Autoscale: {document['application']}/{document['deployment']}", "",
-             (f"Target `{document['target']['base_url']}`, model `{document['model']}`, step of "
-              f"{document['load']['concurrency']} requests in flight."), "",
-             "| figure | seconds |", "| --- | --- |"]
+    lines = [
+        f"# Autoscale: {document['application']}/{document['deployment']}",
+        "",
+        (
+            f"Target `{document['target']['base_url']}`, model `{document['model']}`, step of "
+            f"{document['load']['concurrency']} requests in flight."
+        ),
+        "",
+        "| figure | seconds |",
+        "| --- | --- |",
+    ]
     lines += [f"| {FIGURE_LABELS[k]} | {_seconds(v)} |" for k, v in document["figures"].items()]
     req = document["requests"]
-    lines += ["", "| requests | count |", "| --- | --- |",
-              *(f"| {k} | {req[k]} |" for k in ("sent", "completed", "refused_with_retry_after",
-                                                 "failed"))]
+    lines += [
+        "",
+        "| requests | count |",
+        "| --- | --- |",
+        *(
+            f"| {k} | {req[k]} |"
+            for k in ("sent", "completed", "refused_with_retry_after", "failed")
+        ),
+    ]
     if req["failures"]:
         lines.append(f"\nFailures by kind: {req['failures']}")
     if others_text(document):
@@ -131,8 +165,13 @@ def plot_timeline(document: dict[str, Any], path: Path) -> Path:
     if replicas:
         ts, running, starting, _, target = zip(*replicas)
         bottom.step(ts, running, where="post", label="RUNNING replicas")
-        bottom.step(ts, [r + s for r, s in zip(running, starting)], where="post", linestyle="--",
-                    label="RUNNING + STARTING")
+        bottom.step(
+            ts,
+            [r + s for r, s in zip(running, starting)],
+            where="post",
+            linestyle="--",
+            label="RUNNING + STARTING",
+        )
         bottom.step(ts, target, where="post", linestyle=":", label="Serve's target")
     bottom.set_ylabel("replicas")
     bottom.set_ylim(bottom=0)
@@ -141,8 +180,9 @@ def plot_timeline(document: dict[str, Any], path: Path) -> Path:
     for at, label in timeline_markers(document["figures"]):
         for ax in (top, bottom):
             ax.axvline(at, color="grey", linewidth=0.8, linestyle="-.")
-        bottom.annotate(label, (at, 0.05), xycoords=("data", "axes fraction"), fontsize=7,
-                        rotation=90)
+        bottom.annotate(
+            label, (at, 0.05), xycoords=("data", "axes fraction"), fontsize=7, rotation=90
+        )
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
@@ -158,4 +198,3 @@ def write_report(document: dict[str, Any], out_dir: Path) -> None:
     (out_dir / "result.json").write_text(json.dumps(document, indent=2))
     (out_dir / "summary.md").write_text(summary_markdown(document))
     plot_timeline(document, out_dir / "timeline.png")
-

@@ -164,8 +164,9 @@ async def check_targets(targets: list[Target], model: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def started_peers(peers: tuple[str, ...], config_path: str | None, model: str,
-                  out_dir: Path) -> Iterator[list[Target]]:
+def started_peers(
+    peers: tuple[str, ...], config_path: str | None, model: str, out_dir: Path
+) -> Iterator[list[Target]]:
     from serving.config import load_config
 
     if not peers:
@@ -177,7 +178,9 @@ def started_peers(peers: tuple[str, ...], config_path: str | None, model: str,
         for peer in dict.fromkeys(peers):  # each once, in the order given
             click.echo(f"starting peer {peer} on loopback ...", err=True)
             if peer == "vllm":
-                started.append(stack.enter_context(vllm_peer(config, model, out_dir / "peer-vllm.log")))
+                started.append(
+                    stack.enter_context(vllm_peer(config, model, out_dir / "peer-vllm.log"))
+                )
             else:
                 started.append(stack.enter_context(ray_llm_peer(config, model)))
         yield started
@@ -218,8 +221,17 @@ def run_bench(args: BenchArgs) -> bool:
         opts = RequestOptions(
             model, args.endpoint, not args.free_length, timeout_s=args.request_timeout
         )
-        plan = BenchPlan(targets + peer_targets, levels, specs, opts, args.scenario, args.rounds,
-                         args.duration, args.stats_interval, slo_ms)
+        plan = BenchPlan(
+            targets + peer_targets,
+            levels,
+            specs,
+            opts,
+            args.scenario,
+            args.rounds,
+            args.duration,
+            args.stats_interval,
+            slo_ms,
+        )
         metrics_url = server_counters.local_metrics_url(targets)
         before = server_counters.read_adapter_loads(metrics_url) if metrics_url else None
         outcome = run_with_progress(plan)

@@ -174,8 +174,14 @@ class ChunkRun:
 
 
 async def _paced(
-    client: openai.AsyncOpenAI, opts: RequestOptions, spec: RequestSpec, offset: float,
-    t0: float, deadline: float, gate: asyncio.Semaphore | None, on_done: Callable[[], None],
+    client: openai.AsyncOpenAI,
+    opts: RequestOptions,
+    spec: RequestSpec,
+    offset: float,
+    t0: float,
+    deadline: float,
+    gate: asyncio.Semaphore | None,
+    on_done: Callable[[], None],
 ) -> RequestResult:
     await asyncio.sleep(max(0.0, t0 + offset - time.perf_counter()))
     async with gate or contextlib.nullcontext():
@@ -212,7 +218,9 @@ async def run_level(
     offsets = level.arrivals or (0.0,) * level.num_requests
     t0 = time.perf_counter()
     deadline = t0 + max_duration_s
-    results: list[RequestResult] = [RequestResult(status=NOT_STARTED)] * min(len(specs), len(offsets))
+    results: list[RequestResult] = [RequestResult(status=NOT_STARTED)] * min(
+        len(specs), len(offsets)
+    )
 
     async def chain(indices: list[int]) -> None:
         for index in indices:
@@ -233,7 +241,9 @@ async def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
             response = await http.get(url)
     except httpx.HTTPError as err:
-        raise TargetError(f"target {target.name}: cannot reach {url} ({type(err).__name__})") from None
+        raise TargetError(
+            f"target {target.name}: cannot reach {url} ({type(err).__name__})"
+        ) from None
     try:
         response.raise_for_status()
         ids = [item["id"] for item in response.json()["data"]]

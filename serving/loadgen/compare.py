@@ -78,8 +78,13 @@ def chunk_slices(chunks: list[LoadLevel]) -> list[slice]:
 
 
 async def run_chunk(
-    plan: BenchPlan, conn: TargetConn, chunk: LoadLevel, specs: list[RequestSpec], cap_s: float,
-    run: TargetLevelRun, on_done: Callable[[], None],
+    plan: BenchPlan,
+    conn: TargetConn,
+    chunk: LoadLevel,
+    specs: list[RequestSpec],
+    cap_s: float,
+    run: TargetLevelRun,
+    on_done: Callable[[], None],
 ) -> None:
     poller = server_stats.Poller(conn.source, conn.poll_http, plan.stats_interval_s)
     poller.start()
@@ -163,7 +168,9 @@ async def warm_up(plan: BenchPlan, conns: dict[str, TargetConn]) -> None:
     lazy imports on either side must not land in the first level's TTFT."""
     spec = plan.specs[0]
     for conn in conns.values():
-        await send_request(conn.client, conn.opts, replace(spec, output_len=min(spec.output_len, 4)))
+        await send_request(
+            conn.client, conn.opts, replace(spec, output_len=min(spec.output_len, 4))
+        )
         if conn.source is not None:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 await conn.source.read(conn.poll_http)

@@ -53,8 +53,11 @@ def list_replica_processes(dashboard_url: str) -> list[ReplicaProcess]:
     # (without this, only a process that had called ray.init() before would send it).
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     actors = list_actors(
-        address=dashboard_url, filters=[("state", "=", "ALIVE")], limit=10_000,
-        raise_on_missing_output=False, timeout=10,
+        address=dashboard_url,
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
+        timeout=10,
     )
     return [
         ReplicaProcess(replica_label(actor.name or actor.actor_id), actor.pid)
@@ -102,7 +105,10 @@ def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
 
 
 def replica_growth(
-    replica: str, series: list[tuple[float, float]], warmup_s: float, bound_mb: float,
+    replica: str,
+    series: list[tuple[float, float]],
+    warmup_s: float,
+    bound_mb: float,
     edge: int = EDGE_SAMPLES,
 ) -> ReplicaGrowth:
     """Growth of one replica's memory (`series` = (seconds, MiB) in time order) after warm-up."""
@@ -116,8 +122,14 @@ def replica_growth(
     slope = least_squares_slope(settled)
     growth = end - start
     return ReplicaGrowth(
-        replica, len(series), round(start, 1), round(end, 1), round(growth, 1), round(peak, 1),
-        None if slope is None else round(slope * 60, 2), growth <= bound_mb,
+        replica,
+        len(series),
+        round(start, 1),
+        round(end, 1),
+        round(growth, 1),
+        round(peak, 1),
+        None if slope is None else round(slope * 60, 2),
+        growth <= bound_mb,
     )
 
 

@@ -55,7 +55,9 @@ def tpot(result: RequestResult) -> float | None:
     return (result.latency - result.ttft) / (result.output_tokens - 1)
 
 
-def distribution(name: str, values_s: list[float], percentiles: Iterable[float]) -> dict[str, float]:
+def distribution(
+    name: str, values_s: list[float], percentiles: Iterable[float]
+) -> dict[str, float]:
     """mean/median/std/pNN of one latency metric, in milliseconds, with vLLM's key names."""
     ms = [v * 1000 for v in values_s]
     stats = {
@@ -86,7 +88,9 @@ def is_good(result: RequestResult, slo: Mapping[str, float]) -> bool:
 
 def max_concurrent(results: list[RequestResult]) -> int:
     """Most requests in flight at once, seen from the client (exact, by sweeping start/end)."""
-    events = [(r.start_time, 1) for r in results] + [(r.start_time + r.latency, -1) for r in results]
+    events = [(r.start_time, 1) for r in results] + [
+        (r.start_time + r.latency, -1) for r in results
+    ]
     most = current = 0
     for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at a tie
         current += step
@@ -137,8 +141,7 @@ def summarize(
     models = sorted({r.model for r in results})
     if len(models) > 1:  # `--model-mix`: the same figures per model
         summary["per_model"] = {
-            model: summarize([r for r in results if r.model == model], duration_s, slo,
-                             percentiles)
+            model: summarize([r for r in results if r.model == model], duration_s, slo, percentiles)
             for model in models
         }
     return summary

@@ -81,8 +81,14 @@ def vllm_peer_command(
     # The replica's own options (typed fields + vllm.args), so both servers answer alike.
     args = {**server_options(config, model_dir), "served_model_name": [served_name]}
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--host", "127.0.0.1", "--port", str(port), *engine_cli_args(args),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *engine_cli_args(args),
     ]
 
 
@@ -132,9 +138,15 @@ def vllm_peer(
     env = {**os.environ, **vllm_env(config)}
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            ["nice", "-n", str(RAY_WORKER_NICENESS - os.nice(0)),
-             *vllm_peer_command(config, model_dir, served_name, port)],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
+            [
+                "nice",
+                "-n",
+                str(RAY_WORKER_NICENESS - os.nice(0)),
+                *vllm_peer_command(config, model_dir, served_name, port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,  # its own process group: stop() ends the server and engine
         )
     try:
@@ -176,7 +188,9 @@ def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
 
     state = load_state()
     if state is None:
-        raise PeerError("peer ray-serve-llm runs inside the local platform: run `llm-serving up` first")
+        raise PeerError(
+            "peer ray-serve-llm runs inside the local platform: run `llm-serving up` first"
+        )
     try:
         from ray import serve
         from ray.serve.llm import LLMConfig, build_openai_app
@@ -187,8 +201,11 @@ def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
     llm_config = LLMConfig(**ray_llm_config(config, model_dir, served_name))
     try:
         # Blocks until the replica is healthy; a failed deployment raises with the replica's error.
-        serve.run(build_openai_app({"llm_configs": [llm_config]}), name=RAY_LLM_APP,
-                  route_prefix=RAY_LLM_PREFIX)
+        serve.run(
+            build_openai_app({"llm_configs": [llm_config]}),
+            name=RAY_LLM_APP,
+            route_prefix=RAY_LLM_PREFIX,
+        )
     except RuntimeError as err:
         serve.delete(RAY_LLM_APP)
         raise PeerError(f"peer ray-serve-llm did not deploy: {str(err).splitlines()[0]}") from None
@@ -196,6 +213,8 @@ def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
     # every request the load generator makes.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        yield Target(PEER_NAMES["ray-serve-llm"], f"{platform_origin(state.api_url)}{RAY_LLM_PREFIX}/v1")
+        yield Target(
+            PEER_NAMES["ray-serve-llm"], f"{platform_origin(state.api_url)}{RAY_LLM_PREFIX}/v1"
+        )
     finally:
         serve.delete(RAY_LLM_APP)

@@ -103,7 +103,9 @@ def plot_server(document: dict[str, Any], path: Path) -> Path:
                 continue
             ts, running, waiting = zip(*timeline)
             ax.step(ts, running, where="post", color=color, label=f"{target} running")
-            ax.step(ts, waiting, where="post", color=color, linestyle=":", label=f"{target} waiting")
+            ax.step(
+                ts, waiting, where="post", color=color, linestyle=":", label=f"{target} waiting"
+            )
         ax.set_title(f"{level['label']}: requests the engine ran / queued", fontsize=9)
         ax.set_ylabel("requests")
         ax.grid(alpha=0.3)

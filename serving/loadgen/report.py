@@ -12,8 +12,20 @@ from serving.loadgen import metrics
 from serving.loadgen.compare import BenchOutcome
 
 COLUMNS = (
-    "level", "target", "done", "failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99",
-    "TPOT p50", "ITL p50", "E2E p50", "max running", "batching", "cache hit",
+    "level",
+    "target",
+    "done",
+    "failed",
+    "req/s",
+    "out tok/s",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "ITL p50",
+    "E2E p50",
+    "max running",
+    "batching",
+    "cache hit",
 )
 RATIO_FIELDS = (
     ("output_throughput_ratio", "output throughput", "x{:.2f}"),
@@ -43,14 +55,24 @@ def table_rows(document: dict[str, Any]) -> list[list[str]]:
     for level in document["levels"]:
         for name, r in level["results"].items():
             server = r["server"]
-            rows.append([
-                level["label"], name, str(r["completed"]), str(r["failed"]),
-                f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.1f}",
-                _ms(r["median_ttft_ms"]), _ms(r["p99_ttft_ms"]), _ms(r["median_tpot_ms"]),
-                _ms(r["median_itl_ms"]), _ms(r["median_e2el_ms"]),
-                "-" if server["max_running"] is None else str(server["max_running"]),
-                _batching(server), _share(r.get("prefix_cache_hit_rate")),
-            ])
+            rows.append(
+                [
+                    level["label"],
+                    name,
+                    str(r["completed"]),
+                    str(r["failed"]),
+                    f"{r['request_throughput']:.2f}",
+                    f"{r['output_throughput']:.1f}",
+                    _ms(r["median_ttft_ms"]),
+                    _ms(r["p99_ttft_ms"]),
+                    _ms(r["median_tpot_ms"]),
+                    _ms(r["median_itl_ms"]),
+                    _ms(r["median_e2el_ms"]),
+                    "-" if server["max_running"] is None else str(server["max_running"]),
+                    _batching(server),
+                    _share(r.get("prefix_cache_hit_rate")),
+                ]
+            )
     return rows
 
 
@@ -68,7 +90,15 @@ def ratio_lines(document: dict[str, Any]) -> list[str]:
 
 
 MODEL_COLUMNS = (
-    "level", "target", "model", "done", "failed", "out tok/s", "TTFT p50", "TPOT p50", "cache hit",
+    "level",
+    "target",
+    "model",
+    "done",
+    "failed",
+    "out tok/s",
+    "TTFT p50",
+    "TPOT p50",
+    "cache hit",
 )
 REPLICA_COLUMNS = ("level", "target", "replica", "models", "done", "TTFT p50", "cache hit")
 
@@ -79,11 +109,19 @@ def model_rows(document: dict[str, Any]) -> list[list[str]]:
     for level in document["levels"]:
         for name, r in level["results"].items():
             for model, m in r.get("per_model", {}).items():
-                rows.append([
-                    level["label"], name, model, str(m["completed"]), str(m["failed"]),
-                    f"{m['output_throughput']:.1f}", _ms(m["median_ttft_ms"]),
-                    _ms(m["median_tpot_ms"]), _share(m.get("prefix_cache_hit_rate")),
-                ])
+                rows.append(
+                    [
+                        level["label"],
+                        name,
+                        model,
+                        str(m["completed"]),
+                        str(m["failed"]),
+                        f"{m['output_throughput']:.1f}",
+                        _ms(m["median_ttft_ms"]),
+                        _ms(m["median_tpot_ms"]),
+                        _share(m.get("prefix_cache_hit_rate")),
+                    ]
+                )
     return rows
 
 
@@ -93,10 +131,17 @@ def replica_rows(document: dict[str, Any]) -> list[list[str]]:
     for level in document["levels"]:
         for name, r in level["results"].items():
             for replica, m in r.get("per_replica", {}).items():
-                rows.append([
-                    level["label"], name, replica, ",".join(m["models"]), str(m["completed"]),
-                    _ms(m["median_ttft_ms"]), _share(m["prefix_cache_hit_rate"]),
-                ])
+                rows.append(
+                    [
+                        level["label"],
+                        name,
+                        replica,
+                        ",".join(m["models"]),
+                        str(m["completed"]),
+                        _ms(m["median_ttft_ms"]),
+                        _share(m["prefix_cache_hit_rate"]),
+                    ]
+                )
     return rows
 
 
@@ -145,8 +190,10 @@ def console_summary(document: dict[str, Any]) -> str:
     if len(replica_rows(document)) > 1:
         lines += ["per replica:", text_table(replica_rows(document), REPLICA_COLUMNS)]
     if load_rows(document):
-        lines += ["adapter loads during the run (warm-up included):",
-                  text_table(load_rows(document), LOAD_COLUMNS)]
+        lines += [
+            "adapter loads during the run (warm-up included):",
+            text_table(load_rows(document), LOAD_COLUMNS),
+        ]
     return "\n".join(lines + ratio_lines(document) + shortfall_lines(document))
 
 
@@ -161,13 +208,25 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
         markdown_table(table_rows(document), COLUMNS),
         "Latencies in ms. `batching` = the engine reported more than one running request at once "
         "(polled from the server during the run; `unknown` when the server does not say).",
-        *(["## Per model\n" + markdown_table(model_rows(document), MODEL_COLUMNS)]
-          if model_rows(document) else []),
-        *(["## Per replica\n" + markdown_table(replica_rows(document), REPLICA_COLUMNS)]
-          if replica_rows(document) else []),
-        *(["## Adapter loads during the run\n" + markdown_table(load_rows(document), LOAD_COLUMNS)
-           + "\n\nEach replica's `llm_serving_adapter_loads_total`, warm-up included."]
-          if load_rows(document) else []),
+        *(
+            ["## Per model\n" + markdown_table(model_rows(document), MODEL_COLUMNS)]
+            if model_rows(document)
+            else []
+        ),
+        *(
+            ["## Per replica\n" + markdown_table(replica_rows(document), REPLICA_COLUMNS)]
+            if replica_rows(document)
+            else []
+        ),
+        *(
+            [
+                "## Adapter loads during the run\n"
+                + markdown_table(load_rows(document), LOAD_COLUMNS)
+                + "\n\nEach replica's `llm_serving_adapter_loads_total`, warm-up included."
+            ]
+            if load_rows(document)
+            else []
+        ),
         "`cache hit`: share of prompt tokens served from the prefix cache (the server's "
         "`usage.prompt_tokens_details.cached_tokens`; `-` when it does not report them).",
         "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),
@@ -175,7 +234,9 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
     ]
     if checks:
         parts.append("## Requirements\n" + "\n".join(f"- {line}" for line in checks))
-    parts.append("Plots: `throughput.png`, `latency.png`, `server.png`; data: `result.json`, `runs/`.")
+    parts.append(
+        "Plots: `throughput.png`, `latency.png`, `server.png`; data: `result.json`, `runs/`."
+    )
     return "\n\n".join(parts) + "\n"
 
 

@@ -21,8 +21,12 @@ from typing import Any
 from serving.loadgen import metrics, server_stats
 
 OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-    ">": operator.gt, "<": operator.lt,
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
 }
 PATTERN = re.compile(
     r"^\s*(?:(?P<target>[A-Za-z0-9_-]+)\.)?(?P<metric>[a-z0-9_]+)(?:@(?P<level>[A-Za-z0-9_.-]+))?"
@@ -70,8 +74,9 @@ def parse_requirement(text: str) -> Requirement:
     level = match["level"]
     if level and level.isdigit():
         level = f"c{level}"
-    return Requirement(text.strip(), match["metric"], match["op"], float(match["value"]),
-                       match["target"], level)
+    return Requirement(
+        text.strip(), match["metric"], match["op"], float(match["value"]), match["target"], level
+    )
 
 
 def plain_metrics() -> set[str]:
@@ -79,7 +84,9 @@ def plain_metrics() -> set[str]:
     result = metrics.summarize([], 1.0, {"ttft": 1.0})
     server = server_stats.summarize_samples(None, [server_stats.Sample(0, 0, 0)])
     return {
-        key for part in (result, server) for key, value in part.items()
+        key
+        for part in (result, server)
+        for key, value in part.items()
         if isinstance(value, (int, float)) and not isinstance(value, bool)
     }
 
@@ -104,7 +111,9 @@ def validate(reqs: list[Requirement], targets: list[str], levels: list[str]) -> 
         if req.comparison and len(targets) < 2:
             raise RequireError(f"bad --require {req.text!r}: a ratio needs two targets")
         if req.comparison and req.target == targets[0]:
-            raise RequireError(f"bad --require {req.text!r}: compare the subject with another target")
+            raise RequireError(
+                f"bad --require {req.text!r}: compare the subject with another target"
+            )
         if req.level is not None and req.level not in levels:
             raise RequireError(f"bad --require {req.text!r}: no level {req.level!r} in {levels}")
 

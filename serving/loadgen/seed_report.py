@@ -28,8 +28,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     """The headline of each experiment, one line each (console and the top of seed.md)."""
     a, b, c = doc["one_prompt"], doc["kv_cache"], doc["four_prompts"]
     e = doc["static_batch_waste"]
-    biggest = {r["engine"]: r for r in doc["batch_efficiency"] if r["batch"] == max(
-        row["batch"] for row in doc["batch_efficiency"])}
+    biggest = {
+        r["engine"]: r
+        for r in doc["batch_efficiency"]
+        if r["batch"] == max(row["batch"] for row in doc["batch_efficiency"])
+    }
     return [
         f"a. one prompt, {a['new_tokens']} tokens: generate() {a['hf_generate_s']:.2f} s, "
         f"vLLM {a['vllm_s']:.2f} s -> vLLM {_x(a['speedup'])} (study: {STUDY['one_prompt']})",
@@ -41,7 +44,8 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         f"c. 4 prompts: one by one {c['one_by_one_s']:.2f} s, batched {c['batched_s']:.2f} s -> "
         f"{_x(c['speedup'])}, not x4 (study: {STUDY['four_prompts']})",
         "d. largest batch ({}): per-sequence efficiency static {:.0%}, vLLM {:.0%}".format(
-            biggest["hf"]["batch"], biggest["hf"]["efficiency"], biggest["vllm"]["efficiency"]),
+            biggest["hf"]["batch"], biggest["hf"]["efficiency"], biggest["vllm"]["efficiency"]
+        ),
         f"e. static batch of 4 mixed requests: {e['padding_waste']:.0%} of prompt slots are padding, "
         f"{e['idle_waste']:.0%} of decode slots belong to finished rows; a batched step costs "
         f"{_x(e['batch_step_cost_ratio'])} a single one -> expected {_x(e['expected_speedup'])}, "
@@ -50,20 +54,33 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    lines = [f"# Seed suite: {doc['model_id']} ({doc['dtype']})", "",
-             *[f"- {line}" for line in summary_lines(doc)], "",
-             "## d. Batch size efficiency", "",
-             "| engine | batch | seconds | output tok/s | speedup vs batch 1 | efficiency |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"# Seed suite: {doc['model_id']} ({doc['dtype']})",
+        "",
+        *[f"- {line}" for line in summary_lines(doc)],
+        "",
+        "## d. Batch size efficiency",
+        "",
+        "| engine | batch | seconds | output tok/s | speedup vs batch 1 | efficiency |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in doc["batch_efficiency"]:
-        lines.append(f"| {r['engine']} | {r['batch']} | {r['seconds']:.2f} | "
-                     f"{r['output_tokens_per_s']:.1f} | {_x(r['speedup'])} | {r['efficiency']:.0%} |")
+        lines.append(
+            f"| {r['engine']} | {r['batch']} | {r['seconds']:.2f} | "
+            f"{r['output_tokens_per_s']:.1f} | {_x(r['speedup'])} | {r['efficiency']:.0%} |"
+        )
     e = doc["static_batch_waste"]
-    lines += ["", "## e. Static batching waste", "",
-              f"Prompt tokens {e['prompt_tokens']}, output tokens {e['output_tokens']}. The batch is "
-              "padded to its longest prompt and decodes until its longest output; each batched step "
-              "also costs more than a single one, so 4 prompts are not 4x faster.", "",
-              "Expected speedup = rows x useful decode fraction / batched step cost.", ""]
+    lines += [
+        "",
+        "## e. Static batching waste",
+        "",
+        f"Prompt tokens {e['prompt_tokens']}, output tokens {e['output_tokens']}. The batch is "
+        "padded to its longest prompt and decodes until its longest output; each batched step "
+        "also costs more than a single one, so 4 prompts are not 4x faster.",
+        "",
+        "Expected speedup = rows x useful decode fraction / batched step cost.",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -77,18 +94,27 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
     axes[0][1].set(title="b. latency of each new token (ms)", xlabel="token position")
     axes[0][1].legend()
     c, e = doc["four_prompts"], doc["static_batch_waste"]
-    labels = ["4 same-length\none by one", "4 same-length\nbatched", "4 mixed\none by one",
-              "4 mixed\nbatched"]
+    labels = [
+        "4 same-length\none by one",
+        "4 same-length\nbatched",
+        "4 mixed\none by one",
+        "4 mixed\nbatched",
+    ]
     values = [c["one_by_one_s"], c["batched_s"], e["one_by_one_s"], e["batched_s"]]
     axes[1][0].bar(labels, values, color=["C1", "C0", "C1", "C0"])
-    axes[1][0].set_title(f"c/e. batched vs one by one (s): x{c['speedup']:.2f} / "
-                         f"x{e['measured_speedup']:.2f}")
+    axes[1][0].set_title(
+        f"c/e. batched vs one by one (s): x{c['speedup']:.2f} / x{e['measured_speedup']:.2f}"
+    )
     for engine, color in (("hf", "C1"), ("vllm", "C0")):
         rows = [r for r in doc["batch_efficiency"] if r["engine"] == engine]
-        axes[1][1].plot([r["batch"] for r in rows], [r["efficiency"] for r in rows], "o-",
-                        color=color, label="generate() static" if engine == "hf" else "vLLM")
-    axes[1][1].set(title="d. per-sequence efficiency vs batch 1", xlabel="batch size",
-                   xscale="log")
+        axes[1][1].plot(
+            [r["batch"] for r in rows],
+            [r["efficiency"] for r in rows],
+            "o-",
+            color=color,
+            label="generate() static" if engine == "hf" else "vLLM",
+        )
+    axes[1][1].set(title="d. per-sequence efficiency vs batch 1", xlabel="batch size", xscale="log")
     batches = sorted({r["batch"] for r in doc["batch_efficiency"]})
     axes[1][1].set_xticks(batches, [str(b) for b in batches])  # the batch sizes, not 10^n
     axes[1][1].xaxis.set_minor_formatter(NullFormatter())
@@ -119,8 +145,9 @@ def run_seed_command(options: dict[str, Any], batch_sizes: str, repeats: int) ->
     from serving.loadgen.seed_suite import SuiteArgs, run_suite
 
     config = load_config(options["config_path"])
-    args = SuiteArgs(options["output_len"], tuple(parse_list(batch_sizes, int, "--batch-sizes")),
-                     repeats)
+    args = SuiteArgs(
+        options["output_len"], tuple(parse_list(batch_sizes, int, "--batch-sizes")), repeats
+    )
     out = Path(options["output_dir"] or f"bench-results/seed-{dt.datetime.now():%Y%m%d-%H%M%S}")
     doc = run_suite(config, args, lambda step: click.echo(f"seed suite: {step} ...", err=True))
     paths = write_seed_report(doc, out)

@@ -92,7 +92,10 @@ class HFRunner:
         batch = self.encode(prompts)
         with torch.inference_mode():
             return self.model.generate(
-                **batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                **batch,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
                 pad_token_id=self.tokenizer.pad_token_id,
             )
 
@@ -123,8 +126,12 @@ class VLLMRunner:
 
 def one_prompt(hf_s: float, vllm: VLLMRunner, args: SuiteArgs) -> dict[str, Any]:
     vllm_s = median_seconds(lambda: vllm.generate([SEED_PROMPTS[0]], args.new_tokens), args.repeats)
-    return {"new_tokens": args.new_tokens, "hf_generate_s": hf_s, "vllm_s": vllm_s,
-            "speedup": hf_s / vllm_s}
+    return {
+        "new_tokens": args.new_tokens,
+        "hf_generate_s": hf_s,
+        "vllm_s": vllm_s,
+        "speedup": hf_s / vllm_s,
+    }
 
 
 def kv_cache_latency(hf: HFRunner, args: SuiteArgs) -> dict[str, Any]:
@@ -150,11 +157,18 @@ def four_prompts(hf: HFRunner, args: SuiteArgs) -> dict[str, Any]:
 
     sequential_s = median_seconds(one_by_one, args.repeats)
     batched_s = median_seconds(lambda: hf.generate(prompts, args.new_tokens), args.repeats)
-    return {"prompts": 4, "new_tokens": args.new_tokens, "one_by_one_s": sequential_s,
-            "batched_s": batched_s, "speedup": sequential_s / batched_s}
+    return {
+        "prompts": 4,
+        "new_tokens": args.new_tokens,
+        "one_by_one_s": sequential_s,
+        "batched_s": batched_s,
+        "speedup": sequential_s / batched_s,
+    }
 
 
-def batch_efficiency(engine: str, runner: HFRunner | VLLMRunner, args: SuiteArgs) -> list[dict[str, Any]]:
+def batch_efficiency(
+    engine: str, runner: HFRunner | VLLMRunner, args: SuiteArgs
+) -> list[dict[str, Any]]:
     """Output tokens/s at each batch size; efficiency = tokens/s per sequence vs batch 1."""
     rows, single = [], None
     for size in (1, *args.batch_sizes):
@@ -162,9 +176,16 @@ def batch_efficiency(engine: str, runner: HFRunner | VLLMRunner, args: SuiteArgs
         seconds = median_seconds(lambda p=prompts: runner.generate(p, args.new_tokens), 1)
         single = single or seconds
         speedup = size * single / seconds
-        rows.append({"engine": engine, "batch": size, "seconds": seconds,
-                     "output_tokens_per_s": size * args.new_tokens / seconds,
-                     "speedup": speedup, "efficiency": speedup / size})
+        rows.append(
+            {
+                "engine": engine,
+                "batch": size,
+                "seconds": seconds,
+                "output_tokens_per_s": size * args.new_tokens / seconds,
+                "speedup": speedup,
+                "efficiency": speedup / size,
+            }
+        )
     return rows
 
 
@@ -187,23 +208,32 @@ def static_batch_waste(hf: HFRunner, args: SuiteArgs) -> dict[str, Any]:
     useful = 1 - idle / decode_total
     step_cost = full_step_s / single_step_s
     return {
-        "prompt_tokens": hf.prompt_lengths(prompts), "output_tokens": outputs,
-        "padding_waste": pad / prompt_total, "idle_waste": idle / decode_total,
-        "one_by_one_s": sequential_s, "batched_s": batched_s,
+        "prompt_tokens": hf.prompt_lengths(prompts),
+        "output_tokens": outputs,
+        "padding_waste": pad / prompt_total,
+        "idle_waste": idle / decode_total,
+        "one_by_one_s": sequential_s,
+        "batched_s": batched_s,
         "measured_speedup": sequential_s / batched_s,
         "batch_step_cost_ratio": step_cost,
         "expected_speedup": expected_speedup(len(prompts), useful, step_cost),
     }
 
 
-def run_suite(config: PlatformConfig, args: SuiteArgs, progress: Callable[[str], None]) -> dict[str, Any]:
+def run_suite(
+    config: PlatformConfig, args: SuiteArgs, progress: Callable[[str], None]
+) -> dict[str, Any]:
     from serving.models import resolve_model
 
     model_dir = str(resolve_model(config.model.ref, config.model.cache_dir))
     progress("loading the transformers model")
     hf = HFRunner(model_dir, config.model.dtype)
-    document: dict[str, Any] = {"model_id": config.model.name, "dtype": config.model.dtype,
-                                "new_tokens": args.new_tokens, "repeats": args.repeats}
+    document: dict[str, Any] = {
+        "model_id": config.model.name,
+        "dtype": config.model.dtype,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+    }
     # Every transformers timing comes first: the in-process vLLM engine pins this process's
     # OpenMP threads to its own cores, which would slow generate() measured after it.
     progress("a. one prompt through generate()")

@@ -50,5 +50,7 @@ def loads_during(before: Loads | None, metrics_url: str) -> list[dict[str, objec
     for (adapter, model, replica), value in sorted(after.items()):
         loads = value - before.get((adapter, model, replica), 0.0)
         if loads > 0:
-            rows.append({"adapter": adapter, "model": model, "replica": replica, "loads": int(loads)})
+            rows.append(
+                {"adapter": adapter, "model": model, "replica": replica, "loads": int(loads)}
+            )
     return rows

@@ -56,7 +56,9 @@ class PrometheusSource:
     name: str = "prometheus"
 
     async def read(self, http: httpx.AsyncClient) -> tuple[int, int] | None:
-        values = gauge_sums((await http.get(self.url)).text, {self.running_metric, self.waiting_metric})
+        values = gauge_sums(
+            (await http.get(self.url)).text, {self.running_metric, self.waiting_metric}
+        )
         if self.running_metric not in values:
             return None
         return int(values[self.running_metric]), int(values.get(self.waiting_metric, 0))
@@ -78,7 +80,8 @@ def gauge_sums(text: str, names: set[str]) -> dict[str, float]:
 async def detect_source(origin: str, timeout_s: float = 5.0) -> StatsSource | None:
     """The first source that answers with queue numbers at this server root, or None."""
     candidates: list[StatsSource] = [
-        HealthSource(f"{origin}/health"), PrometheusSource(f"{origin}/metrics")
+        HealthSource(f"{origin}/health"),
+        PrometheusSource(f"{origin}/metrics"),
     ]
     async with httpx.AsyncClient(timeout=timeout_s) as http:
         for source in candidates:

@@ -22,11 +22,21 @@ import click
 
 from serving.loadgen import memory
 from serving.loadgen.bench import (
-    BenchArgs, UsageError, build_requests, check_targets, default_targets, parse_list,
+    BenchArgs,
+    UsageError,
+    build_requests,
+    check_targets,
+    default_targets,
+    parse_list,
     parse_targets,
 )
 from serving.loadgen.client import (
-    RequestOptions, RequestResult, Target, TargetError, make_client, send_request,
+    RequestOptions,
+    RequestResult,
+    Target,
+    TargetError,
+    make_client,
+    send_request,
 )
 from serving.loadgen.workloads import RequestSpec
 
@@ -68,14 +78,14 @@ def dashboard_url(given: str | None) -> str:
             "`llm-serving up` or pass --dashboard"
         )
     if urlsplit(url).hostname not in LOCAL_HOSTS:
-        raise UsageError(f"--dashboard {url!r}: soak reads replica memory on this machine; "
-                         "expected a loopback URL, e.g. http://127.0.0.1:8265")
+        raise UsageError(
+            f"--dashboard {url!r}: soak reads replica memory on this machine; "
+            "expected a loopback URL, e.g. http://127.0.0.1:8265"
+        )
     return url.rstrip("/")
 
 
-async def closed_loop(
-    plan: SoakPlan, deadline: float, results: list[RequestResult]
-) -> None:
+async def closed_loop(plan: SoakPlan, deadline: float, results: list[RequestResult]) -> None:
     """`concurrency` workers, each sending the next prompt as soon as its last answer ended;
     none starts after the deadline, each request is bounded by the request timeout."""
     client = make_client(plan.target, plan.opts)
@@ -243,8 +253,9 @@ def write_soak_report(document: dict[str, Any], out_dir: Path) -> None:
     plot_memory(document, out_dir / "memory.png")
 
 
-def build_plan(args: BenchArgs, max_growth_mb: float, warmup_s: float | None,
-               dashboard: str | None = None) -> SoakPlan:
+def build_plan(
+    args: BenchArgs, max_growth_mb: float, warmup_s: float | None, dashboard: str | None = None
+) -> SoakPlan:
     if not math.isfinite(args.duration):
         raise UsageError("--scenario soak needs --duration SECONDS")
     if args.peers or args.requirements:
@@ -259,10 +270,20 @@ def build_plan(args: BenchArgs, max_growth_mb: float, warmup_s: float | None,
     dashboard = dashboard_url(dashboard)
     specs = build_requests(args)
     model = asyncio.run(check_targets(targets, args.model))
-    opts = RequestOptions(model, args.endpoint, not args.free_length, timeout_s=args.request_timeout)
+    opts = RequestOptions(
+        model, args.endpoint, not args.free_length, timeout_s=args.request_timeout
+    )
     return SoakPlan(
-        targets[0], dashboard, model, specs, opts, concurrency, args.duration, warmup,
-        memory.sampling_interval_s(args.duration), max_growth_mb,
+        targets[0],
+        dashboard,
+        model,
+        specs,
+        opts,
+        concurrency,
+        args.duration,
+        warmup,
+        memory.sampling_interval_s(args.duration),
+        max_growth_mb,
     )
 
 
@@ -278,15 +299,20 @@ def check_replicas_visible(plan: SoakPlan) -> None:
         raise TargetError(f"no Serve replica found through the Ray dashboard {plan.dashboard_url}")
 
 
-def run_soak(args: BenchArgs, max_growth_mb: float = DEFAULT_MAX_GROWTH_MB,
-             warmup_s: float | None = None, dashboard: str | None = None) -> bool:
+def run_soak(
+    args: BenchArgs,
+    max_growth_mb: float = DEFAULT_MAX_GROWTH_MB,
+    warmup_s: float | None = None,
+    dashboard: str | None = None,
+) -> bool:
     """The whole scenario; True when every replica's growth held the bound and nothing failed."""
     plan = build_plan(args, max_growth_mb, warmup_s, dashboard)
     check_replicas_visible(plan)
     out = Path(args.output_dir or f"bench-results/soak-{dt.datetime.now():%Y%m%d-%H%M%S}")
     click.echo(
         f"soak: {plan.duration_s:g} s at concurrency {plan.concurrency}, replica memory every "
-        f"{plan.interval_s:g} s, warm-up {plan.warmup_s:g} s ...", err=True,
+        f"{plan.interval_s:g} s, warm-up {plan.warmup_s:g} s ...",
+        err=True,
     )
     document = soak_document(plan, asyncio.run(run_soak_load(plan)))
     write_soak_report(document, out)

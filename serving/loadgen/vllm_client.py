@@ -17,7 +17,10 @@ from typing import Any
 import click
 
 METRICS = ("output_throughput", "median_ttft_ms", "median_itl_ms", "median_tpot_ms")
-BACKENDS = {"completions": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions")}
+BACKENDS = {
+    "completions": ("openai", "/v1/completions"),
+    "chat": ("openai-chat", "/v1/chat/completions"),
+}
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,16 @@ class Shape:
         return f"{self.input_len}x{self.output_len}"
 
 
-def client_args(origin: str, model: str, tokenizer: str, endpoint: str, shape: Shape,
-                concurrency: int, num_prompts: int, seed: int) -> Any:
+def client_args(
+    origin: str,
+    model: str,
+    tokenizer: str,
+    endpoint: str,
+    shape: Shape,
+    concurrency: int,
+    num_prompts: int,
+    seed: int,
+) -> Any:
     """vLLM's bench-client namespace: random prompts of exact length, fixed output length."""
     from vllm.benchmarks.serve import add_cli_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -46,14 +57,40 @@ def client_args(origin: str, model: str, tokenizer: str, endpoint: str, shape: S
     backend, path = BACKENDS[endpoint]
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    return parser.parse_args([
-        "--backend", backend, "--base-url", origin, "--endpoint", path, "--model", model,
-        "--tokenizer", tokenizer, "--dataset-name", "random",
-        "--random-input-len", str(shape.input_len), "--random-output-len", str(shape.output_len),
-        "--random-range-ratio", "0", "--ignore-eos", "--num-prompts", str(num_prompts),
-        "--max-concurrency", str(concurrency), "--seed", str(seed), "--disable-tqdm",
-        "--percentile-metrics", "ttft,tpot,itl", "--ready-check-timeout-sec", "0",
-    ])
+    return parser.parse_args(
+        [
+            "--backend",
+            backend,
+            "--base-url",
+            origin,
+            "--endpoint",
+            path,
+            "--model",
+            model,
+            "--tokenizer",
+            tokenizer,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(shape.input_len),
+            "--random-output-len",
+            str(shape.output_len),
+            "--random-range-ratio",
+            "0",
+            "--ignore-eos",
+            "--num-prompts",
+            str(num_prompts),
+            "--max-concurrency",
+            str(concurrency),
+            "--seed",
+            str(seed),
+            "--disable-tqdm",
+            "--percentile-metrics",
+            "ttft,tpot,itl",
+            "--ready-check-timeout-sec",
+            "0",
+        ]
+    )
 
 
 def run_client(args: Any) -> dict[str, Any]:
@@ -67,8 +104,10 @@ def run_client(args: Any) -> dict[str, Any]:
 
 def ratios(runs: dict[str, list[dict[str, Any]]], baseline: str) -> dict[str, dict[str, float]]:
     """Median over rounds per target, and each target's throughput ratio to the baseline."""
-    medians = {name: {m: statistics.median(r[m] for r in rounds) for m in METRICS}
-               for name, rounds in runs.items()}
+    medians = {
+        name: {m: statistics.median(r[m] for r in rounds) for m in METRICS}
+        for name, rounds in runs.items()
+    }
     base = medians[baseline]["output_throughput"]
     for name, values in medians.items():
         values["throughput_ratio"] = values["output_throughput"] / base if base else float("nan")
@@ -77,21 +116,26 @@ def ratios(runs: dict[str, list[dict[str, Any]]], baseline: str) -> dict[str, di
 
 
 def table(results: dict[str, dict[str, dict[str, float]]], baseline: str) -> str:
-    lines = ["| shape | c | target | out tok/s | x " + baseline + " | TTFT p50 ms | ITL p50 ms "
-             "| TPOT p50 ms | failed |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| shape | c | target | out tok/s | x " + baseline + " | TTFT p50 ms | ITL p50 ms "
+        "| TPOT p50 ms | failed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for cell, medians in results.items():
         shape, concurrency = cell.split("@")
         for name, v in medians.items():
             lines.append(
                 f"| {shape} | {concurrency} | {name} | {v['output_throughput']:.1f} | "
                 f"{v['throughput_ratio']:.3f} | {v['median_ttft_ms']:.0f} | "
-                f"{v['median_itl_ms']:.1f} | {v['median_tpot_ms']:.1f} | {int(v['failed'])} |")
+                f"{v['median_itl_ms']:.1f} | {v['median_tpot_ms']:.1f} | {int(v['failed'])} |"
+            )
     return "\n".join(lines)
 
 
 @contextlib.contextmanager
-def targets_with_peer(targets: dict[str, str], peer: bool, config_path: str | None,
-                      model: str, output: Path) -> Iterator[dict[str, str]]:
+def targets_with_peer(
+    targets: dict[str, str], peer: bool, config_path: str | None, model: str, output: Path
+) -> Iterator[dict[str, str]]:
     if not peer:
         yield targets
         return
@@ -104,27 +148,65 @@ def targets_with_peer(targets: dict[str, str], peer: bool, config_path: str | No
 
 
 @click.command("vllm-bench")
-@click.option("--target", "target_items", multiple=True, required=True, metavar="NAME=ORIGIN",
-              help="A server origin, e.g. platform=http://127.0.0.1:8000 (repeatable).")
-@click.option("--peer-vllm", is_flag=True,
-              help="Also start plain vLLM's server with --config's model and vllm serve options.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="Platform config YAML (model, options) for --peer-vllm and the tokenizer.")
-@click.option("--baseline", default="vllm-serve", show_default=True,
-              help="Target every throughput ratio is taken against.")
+@click.option(
+    "--target",
+    "target_items",
+    multiple=True,
+    required=True,
+    metavar="NAME=ORIGIN",
+    help="A server origin, e.g. platform=http://127.0.0.1:8000 (repeatable).",
+)
+@click.option(
+    "--peer-vllm",
+    is_flag=True,
+    help="Also start plain vLLM's server with --config's model and vllm serve options.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Platform config YAML (model, options) for --peer-vllm and the tokenizer.",
+)
+@click.option(
+    "--baseline",
+    default="vllm-serve",
+    show_default=True,
+    help="Target every throughput ratio is taken against.",
+)
 @click.option("--model", required=True, help="Model name to request.")
-@click.option("--endpoint", type=click.Choice(sorted(BACKENDS)), default="completions",
-              show_default=True)
-@click.option("--shape", "shapes", multiple=True, default=("16x128", "128x64"), show_default=True,
-              help="INPUTxOUTPUT tokens per request (repeatable).")
+@click.option(
+    "--endpoint", type=click.Choice(sorted(BACKENDS)), default="completions", show_default=True
+)
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    default=("16x128", "128x64"),
+    show_default=True,
+    help="INPUTxOUTPUT tokens per request (repeatable).",
+)
 @click.option("--concurrency", default="8,16", show_default=True)
 @click.option("--num-prompts", default=32, show_default=True, help="Requests per run.")
 @click.option("--rounds", default=2, show_default=True, help="Interleaved rounds per cell.")
-@click.option("--output", type=click.Path(file_okay=False), default="bench-results/vllm-bench",
-              show_default=True)
-def vllm_bench(target_items: tuple[str, ...], peer_vllm: bool, config_path: str | None,
-               baseline: str, model: str, endpoint: str, shapes: tuple[str, ...],
-               concurrency: str, num_prompts: int, rounds: int, output: str) -> None:
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False),
+    default="bench-results/vllm-bench",
+    show_default=True,
+)
+def vllm_bench(
+    target_items: tuple[str, ...],
+    peer_vllm: bool,
+    config_path: str | None,
+    baseline: str,
+    model: str,
+    endpoint: str,
+    shapes: tuple[str, ...],
+    concurrency: str,
+    num_prompts: int,
+    rounds: int,
+    output: str,
+) -> None:
     """vLLM's benchmark client against each target, interleaved; ratios to --baseline."""
     from serving.config import load_config
     from serving.models import resolve_model
@@ -144,8 +226,16 @@ def vllm_bench(target_items: tuple[str, ...], peer_vllm: bool, config_path: str 
                 runs: dict[str, list[dict[str, Any]]] = {name: [] for name in all_targets}
                 for round_index in range(rounds):
                     for name, origin in all_targets.items():
-                        args = client_args(origin, model, tokenizer, endpoint, shape, level,
-                                           num_prompts, seed=round_index)
+                        args = client_args(
+                            origin,
+                            model,
+                            tokenizer,
+                            endpoint,
+                            shape,
+                            level,
+                            num_prompts,
+                            seed=round_index,
+                        )
                         runs[name].append(run_client(args))
                 results[f"{shape}@{level}"] = ratios(runs, baseline)
                 click.echo(table({f"{shape}@{level}": results[f"{shape}@{level}"]}, baseline))

@@ -87,9 +87,12 @@ def poisson_levels(
 ) -> list[LoadLevel]:
     return [
         LoadLevel(
-            f"r{rate:g}", num_requests, concurrency=max_concurrency,
+            f"r{rate:g}",
+            num_requests,
+            concurrency=max_concurrency,
             arrivals=tuple(gamma_arrivals(num_requests, rate, burstiness, seed)),
-            rate=rate, burstiness=burstiness,
+            rate=rate,
+            burstiness=burstiness,
         )
         for rate in rates
     ]
@@ -108,7 +111,9 @@ def step_burst_arrivals(num: int, rate: float, burst_fraction: float = 0.5) -> l
 
 def burst_level(num_requests: int, rate: float, max_concurrency: int | None) -> LoadLevel:
     arrivals = tuple(step_burst_arrivals(num_requests, rate))
-    return LoadLevel("burst", num_requests, concurrency=max_concurrency, arrivals=arrivals, rate=rate)
+    return LoadLevel(
+        "burst", num_requests, concurrency=max_concurrency, arrivals=arrivals, rate=rate
+    )
 
 
 def rounds_for(level: LoadLevel, rounds: int) -> int:
@@ -172,17 +177,32 @@ def messages_text(messages: tuple[dict[str, str], ...]) -> str:
     return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
-def chat_request(messages: list[dict[str, str]], output_len: int, input_len: int | None = None,
-                 conversation: int | None = None) -> RequestSpec:
+def chat_request(
+    messages: list[dict[str, str]],
+    output_len: int,
+    input_len: int | None = None,
+    conversation: int | None = None,
+) -> RequestSpec:
     session = None if conversation is None else f"conversation-{conversation}"
     turns = tuple(messages)
-    return RequestSpec(messages_text(turns), output_len, input_len, messages=turns,
-                       conversation=conversation, session=session)
+    return RequestSpec(
+        messages_text(turns),
+        output_len,
+        input_len,
+        messages=turns,
+        conversation=conversation,
+        session=session,
+    )
 
 
 def multi_turn_requests(
-    num: int, turns: int, input_len: int, output_len: int, seed: int,
-    tokenizer: Tokenizer | None = None, context_len: int = 0,
+    num: int,
+    turns: int,
+    input_len: int,
+    output_len: int,
+    seed: int,
+    tokenizer: Tokenizer | None = None,
+    context_len: int = 0,
 ) -> list[RequestSpec]:
     """Conversations of `turns` turns (ceil(num / turns) of them, `num` requests in all): each
     turn resends the whole history, as chat clients do, with a fixed stand-in for the model's
@@ -196,17 +216,25 @@ def multi_turn_requests(
     for conversation in range(math.ceil(num / turns)):
         history: list[dict[str, str]] = []
         if context_len:
-            history.append({"role": "system", "content": synthetic_text(rng, context_len, tokenizer)})
+            history.append(
+                {"role": "system", "content": synthetic_text(rng, context_len, tokenizer)}
+            )
         for _ in range(turns):
             question = synthetic_text(rng, input_len, tokenizer)
             history.append({"role": "user", "content": question})
             specs.append(chat_request(history, output_len, None, conversation))
-            history.append({"role": "assistant", "content": synthetic_text(rng, output_len, tokenizer)})
+            history.append(
+                {"role": "assistant", "content": synthetic_text(rng, output_len, tokenizer)}
+            )
     return specs[:num]
 
 
 def shared_prefix_requests(
-    num: int, prefix_len: int, input_len: int, output_len: int, seed: int,
+    num: int,
+    prefix_len: int,
+    input_len: int,
+    output_len: int,
+    seed: int,
     tokenizer: Tokenizer | None = None,
 ) -> list[RequestSpec]:
     """One `prefix_len`-token system prompt shared by every request, then a distinct
@@ -216,8 +244,11 @@ def shared_prefix_requests(
     rng = np.random.default_rng(seed)
     system = {"role": "system", "content": synthetic_text(rng, prefix_len, tokenizer)}
     return [
-        chat_request([system, {"role": "user", "content": synthetic_text(rng, input_len, tokenizer)}],
-                     output_len, prefix_len + input_len)
+        chat_request(
+            [system, {"role": "user", "content": synthetic_text(rng, input_len, tokenizer)}],
+            output_len,
+            prefix_len + input_len,
+        )
         for _ in range(num)
     ]
 
@@ -266,8 +297,10 @@ def parse_model_mix(text: str) -> dict[str, float]:
         except ValueError:
             value = -1.0
         if not name or value <= 0 or name in mix:
-            raise WorkloadError(f"--model-mix {text!r}: expected NAME=WEIGHT,... with distinct "
-                                "names and positive weights")
+            raise WorkloadError(
+                f"--model-mix {text!r}: expected NAME=WEIGHT,... with distinct "
+                "names and positive weights"
+            )
         mix[name] = value
     return mix
 

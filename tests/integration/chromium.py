@@ -53,8 +53,9 @@ class Page:
 
     def evaluate(self, expression: str) -> Any:
         """The expression's value (promises awaited), as JSON-able data."""
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True,
-                           awaitPromise=True)
+        result = self.send(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             raise BrowserError(details.get("exception", {}).get("description") or details["text"])
@@ -69,12 +70,16 @@ class Page:
                 if value:
                     return value
             time.sleep(0.2)
-        messages = self.evaluate("[...document.querySelectorAll('.message')].map(m => m.textContent)")
+        messages = self.evaluate(
+            "[...document.querySelectorAll('.message')].map(m => m.textContent)"
+        )
         raise AssertionError(f"timed out waiting for {expression}; page messages: {messages}")
 
     def type_into(self, selector: str, text: str) -> None:
         """Replace a field's text by typing: the page gets the input events a keyboard sends."""
-        self.evaluate(f"(e => {{ e.focus(); e.value = ''; }})(document.querySelector({json.dumps(selector)}))")
+        self.evaluate(
+            f"(e => {{ e.focus(); e.value = ''; }})(document.querySelector({json.dumps(selector)}))"
+        )
         self.send("Input.insertText", text=text)
 
     def click(self, selector: str) -> None:
@@ -86,8 +91,12 @@ class Page:
             f"(r => ({{x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}}))"
             f"(document.querySelector({json.dumps(selector)}).getBoundingClientRect())"
         )
-        shot = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                         clip={**rect, "scale": 1})
+        shot = self.send(
+            "Page.captureScreenshot",
+            format="png",
+            captureBeyondViewport=True,
+            clip={**rect, "scale": 1},
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
@@ -116,10 +125,21 @@ def chromium_command(profile: Path, width: int, height: int) -> list[str]:
     if not Path(browser).exists():
         pytest.fail("chromium is not installed; `make system-deps` installs Debian's package")
     return [
-        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--hide-scrollbars", f"--user-data-dir={profile}", OFFLINE, "--remote-debugging-port=0",
-        f"--window-size={width},{height}", "about:blank",
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        OFFLINE,
+        "--remote-debugging-port=0",
+        f"--window-size={width},{height}",
+        "about:blank",
     ]
 
 
@@ -127,10 +147,8 @@ def stop_process_group(process: subprocess.Popen) -> None:
     """SIGTERM to the browser and its helpers, SIGKILL to whatever is left after 30 s."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -143,8 +161,12 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Page]:
     # the browser exits: kill its whole process group, and let a late file not fail the test.
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile_dir:
         profile = Path(profile_dir)
-        process = subprocess.Popen(chromium_command(profile, width, height), start_new_session=True,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            chromium_command(profile, width, height),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             url = page_socket_url(devtools_port(profile, process))
             with connect(url, max_size=None, open_timeout=30) as socket:

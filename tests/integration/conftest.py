@@ -10,8 +10,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -37,7 +37,11 @@ def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
     return {
         "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
         "http": {"host": "127.0.0.1", "port": port},
-        "ray": {"num_cpus": 8, "dashboard_port": dashboard_port, "metrics_export_port": metrics_port},
+        "ray": {
+            "num_cpus": 8,
+            "dashboard_port": dashboard_port,
+            "metrics_export_port": metrics_port,
+        },
         "vllm": {
             "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32},
             "args": {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"},
@@ -61,12 +65,18 @@ class Platform:
         return openai.OpenAI(base_url=f"{self.url}{prefix}/v1", api_key="unused", max_retries=0)
 
     def async_client(self, prefix: str = "") -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=f"{self.url}{prefix}/v1", api_key="unused", max_retries=0)
+        return openai.AsyncOpenAI(
+            base_url=f"{self.url}{prefix}/v1", api_key="unused", max_retries=0
+        )
 
 
 def run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        [*CLI, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
 
@@ -92,7 +102,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
         try:
             yield Platform(
-                url=f"http://127.0.0.1:{port}", model=MODEL, config_path=config_path,
+                url=f"http://127.0.0.1:{port}",
+                model=MODEL,
+                config_path=config_path,
                 dashboard_url=f"http://127.0.0.1:{dashboard_port}",
                 metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
             )
@@ -132,8 +144,13 @@ def extra_apps(apps: list[tuple[str, str | None, Any]]) -> Iterator[None]:
     import ray
     from ray import serve
 
-    ray.init(address="auto", namespace="llm-serving", logging_level="ERROR", log_to_driver=False,
-             ignore_reinit_error=True)
+    ray.init(
+        address="auto",
+        namespace="llm-serving",
+        logging_level="ERROR",
+        log_to_driver=False,
+        ignore_reinit_error=True,
+    )
     deployed = []
     try:
         for name, route_prefix, application in apps:

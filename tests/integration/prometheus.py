@@ -21,7 +21,11 @@ def scrape_config(metrics_url: str) -> dict:
         # scrape timeout can miss Ray's endpoint while the rest of the suite loads both cores.
         "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
         "scrape_configs": [
-            {"job_name": "ray", "metrics_path": target.path, "static_configs": [{"targets": [target.netloc]}]}
+            {
+                "job_name": "ray",
+                "metrics_path": target.path,
+                "static_configs": [{"targets": [target.netloc]}],
+            }
         ],
     }
 
@@ -52,9 +56,14 @@ def running_prometheus(metrics_url: str, workdir: Path, port: int) -> Iterator[P
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump(scrape_config(metrics_url)))
     process = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:

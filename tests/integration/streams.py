@@ -37,8 +37,10 @@ class OpenStream:
     def _run(self) -> None:
         timeout = httpx.Timeout(30.0, read=READ_TIMEOUT_S)
         try:
-            with httpx.Client(timeout=timeout) as client, \
-                    client.stream("POST", self.url, json=self.body) as response:
+            with (
+                httpx.Client(timeout=timeout) as client,
+                client.stream("POST", self.url, json=self.body) as response,
+            ):
                 if response.status_code != 200:
                     response.read()
                     detail = f"{response.status_code} {response.text[:200]}"

@@ -48,10 +48,12 @@ def default_config() -> dict:
 @pytest.fixture(scope="module")
 def console_url(platform: Platform) -> Iterator[str]:
     """The default model's analysis app, keys on, at PREFIX in the running platform."""
-    config = parse_config({
-        "model": {"ref": "default", "max_model_len": 1024, "dtype": "float32"},
-        "analysis": {"route_prefix": PREFIX, "auth": {"api_keys": [KEY]}},
-    })
+    config = parse_config(
+        {
+            "model": {"ref": "default", "max_model_len": 1024, "dtype": "float32"},
+            "analysis": {"route_prefix": PREFIX, "auth": {"api_keys": [KEY]}},
+        }
+    )
     with extra_app("default-analysis", PREFIX, build_analysis_app(config)):
         yield f"{platform.url}{PREFIX}"
 
@@ -59,8 +61,9 @@ def console_url(platform: Platform) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def api(console_url: str) -> Iterator[httpx.Client]:
     """The routes the page reads, with the key: the answers the page must show."""
-    with httpx.Client(base_url=console_url, timeout=120,
-                      headers={"Authorization": f"Bearer {KEY}"}) as client:
+    with httpx.Client(
+        base_url=console_url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}
+    ) as client:
         yield client
 
 
@@ -75,7 +78,9 @@ def keyless_message(console_url: str) -> Iterator[tuple[Page, str]]:
     """The page opened without its key (what it says then), then given the key in its field."""
     with chromium() as page:
         page.goto(console_url)
-        said = page.wait_for("(m => !m.hidden && m.textContent)(document.getElementById('page-message'))")
+        said = page.wait_for(
+            "(m => !m.hidden && m.textContent)(document.getElementById('page-message'))"
+        )
         page.type_into("#api-key", KEY)
         page.evaluate("document.getElementById('api-key').dispatchEvent(new Event('change'))")
         page.wait_for("!!document.querySelector('#architecture [data-field=num_layers]')")
@@ -101,7 +106,9 @@ def test_without_the_key_the_page_says_so(keyless_message: tuple[Page, str]) -> 
     assert said.startswith("401: ") and "API key" in said
 
 
-def test_architecture_card_shows_the_models_config(page: Page, default_config: dict, shots: Path) -> None:
+def test_architecture_card_shows_the_models_config(
+    page: Page, default_config: dict, shots: Path
+) -> None:
     expected = {
         "num_layers": default_config["num_hidden_layers"],
         "num_query_heads": default_config["num_attention_heads"],
@@ -118,27 +125,40 @@ def test_module_tree_expands(page: Page, api: httpx.Client, shots: Path) -> None
     # checkVisibility: a closed <details> hides its content with content-visibility, which
     # leaves the boxes in place (getClientRects would still count them).
     visible = "(n => !!n && n.checkVisibility())(document.querySelector('[data-module=\"{}\"]'))"
-    assert page.evaluate(visible.format("model")) and not page.evaluate(visible.format("model.layers"))
+    assert page.evaluate(visible.format("model")) and not page.evaluate(
+        visible.format("model.layers")
+    )
     for name in ("model", "model.layers", "model.layers.0", "model.layers.0.self_attn"):
         page.click(f'[data-module="{name}"] > summary')
     assert page.evaluate(visible.format("model.layers.0.self_attn.k_proj"))
     rows = {row["name"]: row for row in api.get("/modules").json()["modules"]}
     k_proj = rows["model.layers.0.self_attn.k_proj"]
-    text = page.evaluate("document.querySelector('[data-module=\"model.layers.0.self_attn.k_proj\"]').textContent")
-    assert "x".join(map(str, k_proj["weights"]["weight"])) in text and f"{k_proj['parameters']:,}" in text
+    text = page.evaluate(
+        "document.querySelector('[data-module=\"model.layers.0.self_attn.k_proj\"]').textContent"
+    )
+    assert (
+        "x".join(map(str, k_proj["weights"]["weight"])) in text
+        and f"{k_proj['parameters']:,}" in text
+    )
     page.screenshot("#modules", shots / "modules.png")
 
 
 def kv_shown(page: Page) -> tuple[int, int]:
-    return digits(field(page, "kv-cache", "bytes_per_token")), digits(field(page, "kv-cache", "total_bytes"))
+    return digits(field(page, "kv-cache", "bytes_per_token")), digits(
+        field(page, "kv-cache", "total_bytes")
+    )
 
 
 def test_kv_calculator_follows_the_token_count(page: Page, api: httpx.Client, shots: Path) -> None:
     before = kv_shown(page)
     page.type_into("#kv-cache input[name=tokens]", "4096")
-    page.wait_for(f"!document.querySelector('#kv-cache [data-field=total_bytes]')"
-                  f".textContent.startsWith('{before[1]:,}')")
-    route = api.get("/kv-cache", params={"tokens": 4096, "batch": 1, "dtype": "auto", "memory_gb": 1}).json()
+    page.wait_for(
+        f"!document.querySelector('#kv-cache [data-field=total_bytes]')"
+        f".textContent.startsWith('{before[1]:,}')"
+    )
+    route = api.get(
+        "/kv-cache", params={"tokens": 4096, "batch": 1, "dtype": "auto", "memory_gb": 1}
+    ).json()
     assert kv_shown(page) == (route["bytes_per_token"], route["total_bytes"]) != before
     assert digits(field(page, "kv-cache", "tokens_fit")) == route["budget"]["tokens_fit"]
     page.screenshot("#kv-cache", shots / "kv-cache.png")
@@ -153,20 +173,29 @@ def test_kv_calculator_shows_the_routes_400(page: Page, api: httpx.Client) -> No
     page.wait_for("document.querySelector('#kv-cache .message').hidden")
 
 
-def test_attention_grid_and_head_view(page: Page, api: httpx.Client, default_config: dict,
-                                      shots: Path) -> None:
+def test_attention_grid_and_head_view(
+    page: Page, api: httpx.Client, default_config: dict, shots: Path
+) -> None:
     page.type_into("#attention input[name=prompt]", PROMPT)
     page.click("#attention button")
     layers, heads = default_config["num_hidden_layers"], default_config["num_attention_heads"]
     cells = page.wait_for("document.querySelectorAll('#attention canvas.cell').length")
     assert cells == layers * heads
-    drawn = page.evaluate("[...document.querySelectorAll('#attention canvas.cell')]"
-                          ".map(c => `${c.dataset.layer}:${c.dataset.head}`)")
-    assert sorted(drawn) == sorted(f"{layer}:{head}" for layer in range(layers) for head in range(heads))
-    head_view_texts = ("(d => d && [...d.querySelectorAll('text')].map(t => t.textContent))"
-                       "(document.querySelector('#attention .head-view').contentDocument)")
+    drawn = page.evaluate(
+        "[...document.querySelectorAll('#attention canvas.cell')]"
+        ".map(c => `${c.dataset.layer}:${c.dataset.head}`)"
+    )
+    assert sorted(drawn) == sorted(
+        f"{layer}:{head}" for layer in range(layers) for head in range(heads)
+    )
+    head_view_texts = (
+        "(d => d && [...d.querySelectorAll('text')].map(t => t.textContent))"
+        "(document.querySelector('#attention .head-view').contentDocument)"
+    )
     texts = page.wait_for(f"(t => t && t.length && t)({head_view_texts})")
-    tokens = api.post("/attention", json={"prompt": PROMPT, "layers": [0], "heads": [0]}).json()["tokens"]
+    tokens = api.post("/attention", json={"prompt": PROMPT, "layers": [0], "heads": [0]}).json()[
+        "tokens"
+    ]
     assert texts == tokens + tokens  # bertviz draws the tokens twice: attending and attended
     page.screenshot("#attention", shots / "attention.png")
 
@@ -185,9 +214,11 @@ def test_trace_chart_draws_both_modes(page: Page, shots: Path) -> None:
     page.type_into("#trace input[name=max_new_tokens]", str(NEW_TOKENS))
     page.click("#trace button")
     page.wait_for("!!window.analysisConsole.charts.trace", timeout_s=300)
-    chart = page.evaluate("(u => ({labels: u.series.map(s => s.label), lengths: u.data.map(d => d.length),"
-                          " canvas: !!document.querySelector('#trace .chart canvas')}))"
-                          "(window.analysisConsole.charts.trace)")
+    chart = page.evaluate(
+        "(u => ({labels: u.series.map(s => s.label), lengths: u.data.map(d => d.length),"
+        " canvas: !!document.querySelector('#trace .chart canvas')}))"
+        "(window.analysisConsole.charts.trace)"
+    )
     assert chart["labels"][1:] == ["no-cache", "kv-cache"] and chart["canvas"]
     assert chart["lengths"] == [NEW_TOKENS] * 3  # positions, then one series per mode
     fits = page.evaluate("document.querySelector('#trace .fit').textContent")
@@ -203,13 +234,19 @@ def test_trace_shows_the_routes_400(page: Page) -> None:
 
 
 def test_config_only_architecture_in_the_page(page: Page) -> None:
-    page.evaluate(f"(s => {{ s.value = '{QWEN}'; s.dispatchEvent(new Event('change')); }})"
-                  "(document.getElementById('source'))")
+    page.evaluate(
+        f"(s => {{ s.value = '{QWEN}'; s.dispatchEvent(new Event('change')); }})"
+        "(document.getElementById('source'))"
+    )
     page.wait_for("document.getElementById('model-name').textContent === 'qwen2.5-0.5b'")
-    page.wait_for("/^12,288 /.test(document.querySelector('#kv-cache [data-field=bytes_per_token]')"
-                  "?.textContent)")
+    page.wait_for(
+        "/^12,288 /.test(document.querySelector('#kv-cache [data-field=bytes_per_token]')"
+        "?.textContent)"
+    )
     assert field(page, "architecture", "parameters") == "494,032,768"
-    assert field(page, "architecture", "kv_cache_bytes_per_token").startswith("12,288 bytes per token")
+    assert field(page, "architecture", "kv_cache_bytes_per_token").startswith(
+        "12,288 bytes per token"
+    )
     assert page.evaluate("document.querySelector('#attention button').disabled")
     assert "without weights" in message(page, "attention")
 
@@ -224,5 +261,7 @@ def test_platform_serves_the_page_without_keys(http: httpx.Client, path: str) ->
 def test_platform_page_draws_the_served_model_without_a_key(platform: Platform) -> None:
     with chromium() as page:
         page.goto(f"{platform.url}/analysis")
-        layers = page.wait_for("document.querySelector('#architecture [data-field=num_layers]')?.textContent")
+        layers = page.wait_for(
+            "document.querySelector('#architecture [data-field=num_layers]')?.textContent"
+        )
         assert layers == "2" and page.evaluate("document.getElementById('page-message').hidden")

@@ -38,7 +38,10 @@ def test_modules_lists_shapes(http: httpx.Client) -> None:
 def test_attention_layers_show_gqa(http: httpx.Client) -> None:
     layers = http.get("/analysis/attention-layers").json()["layers"]
     assert [x["layer"] for x in layers] == [0, 1]
-    assert layers[0]["q_proj"]["weight"] == [448, 448] and layers[0]["k_proj"]["weight"] == [64, 448]
+    assert layers[0]["q_proj"]["weight"] == [448, 448] and layers[0]["k_proj"]["weight"] == [
+        64,
+        448,
+    ]
     assert layers[0]["kv_groups"] == 7 and layers[0]["causal"] is True
     assert layers[0]["scaling"] == pytest.approx(32**-0.5)
 
@@ -76,7 +79,7 @@ def test_attention_html_is_bertviz_head_view(http: httpx.Client, where: str) -> 
     page = response.text
     assert page.startswith("<!DOCTYPE html>") and "bertviz-" in page and "RequireJS 2.3.6" in page
     assert "cdnjs" not in page  # require.js, d3 and jQuery are inlined: no network needed
-    assert "Layer: <select id=\"layer\">" in page and '" lovely"' in page
+    assert 'Layer: <select id="layer">' in page and '" lovely"' in page
 
 
 def test_generation_trace_both_modes(http: httpx.Client) -> None:
@@ -103,23 +106,50 @@ BAD_INPUTS = [
     ("POST", "/analysis/attention", {"prompt": "word " * 300}, "prompt", "max_prompt_tokens=256"),
     ("POST", "/analysis/attention", {"prompt": "hi", "layers": [2]}, "layers", "allowed: 0..1"),
     ("POST", "/analysis/attention", {"prompt": "hi", "heads": [14]}, "heads", "allowed: 0..13"),
-    ("POST", "/analysis/attention", {"prompt": "hi", "format": "svg"}, "format", "'json' or 'html'"),
+    (
+        "POST",
+        "/analysis/attention",
+        {"prompt": "hi", "format": "svg"},
+        "format",
+        "'json' or 'html'",
+    ),
     ("POST", "/analysis/attention", {"prompt": ""}, "prompt", "at least 1 character"),
     ("POST", "/analysis/attention", {"text": "hi"}, "prompt", "Field required"),
-    ("POST", "/analysis/generation-trace", {"prompt": "hi", "mode": "beam"}, "mode",
-     "'no-cache' or 'kv-cache'"),
-    ("POST", "/analysis/generation-trace", {"prompt": "hi", "max_new_tokens": 65},
-     "max_new_tokens", "limit max_new_tokens=64"),
-    ("POST", "/analysis/generation-trace", {"prompt": "hi", "max_new_tokens": 0},
-     "max_new_tokens", "greater than 0"),
-    ("POST", "/analysis/generation-trace", {"prompt": "word " * 300}, "prompt",
-     "max_prompt_tokens=256"),
+    (
+        "POST",
+        "/analysis/generation-trace",
+        {"prompt": "hi", "mode": "beam"},
+        "mode",
+        "'no-cache' or 'kv-cache'",
+    ),
+    (
+        "POST",
+        "/analysis/generation-trace",
+        {"prompt": "hi", "max_new_tokens": 65},
+        "max_new_tokens",
+        "limit max_new_tokens=64",
+    ),
+    (
+        "POST",
+        "/analysis/generation-trace",
+        {"prompt": "hi", "max_new_tokens": 0},
+        "max_new_tokens",
+        "greater than 0",
+    ),
+    (
+        "POST",
+        "/analysis/generation-trace",
+        {"prompt": "word " * 300},
+        "prompt",
+        "max_prompt_tokens=256",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "payload", "param", "needle"), BAD_INPUTS)
-def test_bad_input_is_openai_shaped_4xx(http: httpx.Client, method: str, path: str,
-                                        payload: dict | None, param: str, needle: str) -> None:
+def test_bad_input_is_openai_shaped_4xx(
+    http: httpx.Client, method: str, path: str, payload: dict | None, param: str, needle: str
+) -> None:
     response = http.request(method, path, json=payload)
     assert 400 <= response.status_code < 500, response.text
     error = response.json()["error"]
@@ -129,8 +159,9 @@ def test_bad_input_is_openai_shaped_4xx(http: httpx.Client, method: str, path: s
 
 
 def test_invalid_json_body_is_400(http: httpx.Client) -> None:
-    response = http.post("/analysis/attention", content=b"{not json",
-                         headers={"content-type": "application/json"})
+    response = http.post(
+        "/analysis/attention", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
 
 

@@ -21,15 +21,21 @@ FUZZ_EXAMPLES = 10  # cases per operation and mode sent without a key
 
 def keyed_config(prefix: str) -> PlatformConfig:
     """The tiny model with platform keys, and other keys for the analysis app."""
-    return parse_config({
-        "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
-        "vllm": {"route_prefix": f"{prefix}-vllm", "engine": {"kv_cache_memory_gb": 0.25,
-                                                                 "max_num_seqs": 8}},
-        "hf": {"route_prefix": f"{prefix}-hf"},
-        "analysis": {"route_prefix": f"{prefix}-analysis",
-                     "auth": {"api_keys": [ANALYSIS_KEY], "api_keys_env": None}},
-        "auth": {"api_keys": [PLATFORM_KEY]},
-    })
+    return parse_config(
+        {
+            "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
+            "vllm": {
+                "route_prefix": f"{prefix}-vllm",
+                "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 8},
+            },
+            "hf": {"route_prefix": f"{prefix}-hf"},
+            "analysis": {
+                "route_prefix": f"{prefix}-analysis",
+                "auth": {"api_keys": [ANALYSIS_KEY], "api_keys_env": None},
+            },
+            "auth": {"api_keys": [PLATFORM_KEY]},
+        }
+    )
 
 
 def builders() -> dict[str, Callable]:
@@ -58,7 +64,10 @@ def check_openai_app(http: httpx.Client, url: str) -> None:
         assert_401(http.get(f"{url}/v1/models", headers=headers))
     assert http.get(f"{url}/health").status_code == 200
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=PLATFORM_KEY, max_retries=0)
-    assert client.completions.create(model=MODEL, prompt="Hello", max_tokens=2).usage.completion_tokens == 2
+    assert (
+        client.completions.create(model=MODEL, prompt="Hello", max_tokens=2).usage.completion_tokens
+        == 2
+    )
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong", max_retries=0).models.list()
 

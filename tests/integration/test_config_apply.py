@@ -23,8 +23,12 @@ def vllm_replicas(platform: Platform) -> set[str]:
     """Actor ids of the vLLM app's live replicas (Ray's state API on the dashboard)."""
     from ray.util.state import list_actors
 
-    actors = list_actors(address=platform.dashboard_url, filters=[("state", "=", "ALIVE")],
-                         limit=10_000, raise_on_missing_output=False)
+    actors = list_actors(
+        address=platform.dashboard_url,
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
+    )
     return {a.actor_id for a in actors if (a.class_name or "").startswith("ServeReplica:vllm:")}
 
 
@@ -73,7 +77,11 @@ def test_max_replicas_applies_in_place_and_no_request_is_lost(
     # A target no test load reaches: the replica count stays 1, only the bound moves. Turning
     # autoscaling on is itself a rollout (Serve hashes whether a deployment autoscales into its
     # code version), done before the replica under test is picked.
-    scaled["vllm"]["autoscaling"] = {"min_replicas": 1, "max_replicas": 2, "target_queue_depth": 1e4}
+    scaled["vllm"]["autoscaling"] = {
+        "min_replicas": 1,
+        "max_replicas": 2,
+        "target_queue_depth": 1e4,
+    }
     load = SteadyLoad(f"{platform.url}/v1/completions")
     try:
         apply(scaled, tmp_path / "max2.yaml")
@@ -90,9 +98,11 @@ def test_max_replicas_applies_in_place_and_no_request_is_lost(
         restored = run_cli("apply", "--config", str(platform.config_path), timeout=600)
     assert restored.returncode == 0, restored.stderr
     during = [o for sent, o in outcomes if started <= sent <= applied]
-    print(f"\nmax_replicas 2 -> 3 applied in {applied - started:.1f}s with the same replica; "
-          f"{len(during)} requests sent meanwhile, {len(outcomes)} in all (autoscaling on and "
-          f"off included): {sorted({o.kind for _, o in outcomes})}")
+    print(
+        f"\nmax_replicas 2 -> 3 applied in {applied - started:.1f}s with the same replica; "
+        f"{len(during)} requests sent meanwhile, {len(outcomes)} in all (autoscaling on and "
+        f"off included): {sorted({o.kind for _, o in outcomes})}"
+    )
     assert len(during) >= 3, "too few requests overlapped the change to show anything"
     assert all(o.kind == "completed" and o.tokens == BODY["max_tokens"] for _, o in outcomes), [
         (o.kind, o.tokens, o.detail) for _, o in outcomes if o.kind != "completed"

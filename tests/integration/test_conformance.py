@@ -14,8 +14,12 @@ from tests.integration.conftest import Platform, platform_config, run_cli
 # What the comparison needs the peer to pass, so that it is not vacuous: cases that hold for the
 # tiny random-weight model on plain vLLM (the tool cases need the server's tool flags).
 PEER_MUST_PASS = (
-    "logprobs + top_logprobs (chat)", "echo + prompt logprobs", "response_format json_schema (parse)",
-    "tool message in history", "/v1/responses", "/tokenize -> /detokenize round trip",
+    "logprobs + top_logprobs (chat)",
+    "echo + prompt logprobs",
+    "response_format json_schema (parse)",
+    "tool message in history",
+    "/v1/responses",
+    "/tokenize -> /detokenize round trip",
 )
 
 
@@ -30,13 +34,29 @@ def test_platform_passes_every_case_plain_vllm_passes(platform: Platform, tmp_pa
     config = load_config(str(platform.config_path))
     with vllm_peer(config, platform.model, tmp_path / "vllm-peer.log") as peer:
         done = run_cli(
-            "conformance", "--target", f"{VLLM_PEER_NAME}={peer.base_url}",
-            "--target", f"platform={platform.api}", "--model", platform.model,
-            "--require-superset", VLLM_PEER_NAME, "--output", str(tmp_path / "report"),
-            "--timeout", "60", timeout=900,
+            "conformance",
+            "--target",
+            f"{VLLM_PEER_NAME}={peer.base_url}",
+            "--target",
+            f"platform={platform.api}",
+            "--model",
+            platform.model,
+            "--require-superset",
+            VLLM_PEER_NAME,
+            "--output",
+            str(tmp_path / "report"),
+            "--timeout",
+            "60",
+            timeout=900,
         )
     report = json.loads((tmp_path / "report" / "conformance.json").read_text())
-    peer_ok = {r["case"] for r in report["results"] if r["target"] == VLLM_PEER_NAME and r["status"] == "ok"}
-    assert set(PEER_MUST_PASS) <= peer_ok, f"plain vLLM fails {set(PEER_MUST_PASS) - peer_ok}\n{done.stdout}"
+    peer_ok = {
+        r["case"]
+        for r in report["results"]
+        if r["target"] == VLLM_PEER_NAME and r["status"] == "ok"
+    }
+    assert set(PEER_MUST_PASS) <= peer_ok, (
+        f"plain vLLM fails {set(PEER_MUST_PASS) - peer_ok}\n{done.stdout}"
+    )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert "| feature | vllm-serve | platform |" in done.stdout

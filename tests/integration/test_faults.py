@@ -23,7 +23,13 @@ from serving.engines.vllm import vllm_env
 from serving.local import ray_executable
 from serving.models import resolve_model
 from tests.integration.conftest import (
-    CLI, MODEL, ROOT, SESSION_LOCK, Platform, extra_app, free_port,
+    CLI,
+    MODEL,
+    ROOT,
+    SESSION_LOCK,
+    Platform,
+    extra_app,
+    free_port,
 )
 from tests.integration.streams import open_streams, wait_until
 
@@ -32,19 +38,25 @@ LONG = {"model": MODEL, "prompt": "Tell a long story", "ignore_eos": True}
 
 
 def tiny_vllm_config(prefix: str, **vllm: object) -> PlatformConfig:
-    return parse_config({
-        "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
-        "vllm": {"route_prefix": prefix, "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 16},
-                 **vllm},
-    })
+    return parse_config(
+        {
+            "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
+            "vllm": {
+                "route_prefix": prefix,
+                "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 16},
+                **vllm,
+            },
+        }
+    )
 
 
 def replica_pids(app: str) -> dict[str, int]:
     """Live replica actors of a Serve app -> PID (Ray's state API)."""
     from ray.util.state import list_actors
 
-    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000,
-                         raise_on_missing_output=False)
+    actors = list_actors(
+        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+    )
     prefix = f"ServeReplica:{app}:"
     return {a.actor_id: a.pid for a in actors if (a.class_name or "").startswith(prefix)}
 
@@ -56,6 +68,7 @@ def replica_states(app: str) -> dict[str, int]:
 
 
 # -- a client disconnects mid-stream ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("prefix", ["", "/hf"], ids=["vllm", "hf"])
 def test_client_disconnect_frees_the_engine_within_2s(platform: Platform, prefix: str) -> None:
@@ -84,6 +97,7 @@ def test_client_disconnect_frees_the_engine_within_2s(platform: Platform, prefix
 
 # -- a replica process is killed under load --------------------------------------------------------
 
+
 def answers(url: str) -> bool:
     try:
         body = {"model": MODEL, "prompt": "ok", "max_tokens": 2}
@@ -97,7 +111,7 @@ def test_killed_replica_is_replaced_and_no_request_hangs(platform: Platform) -> 
     app, prefix = "faults-kill", "/faults-kill"
     url = f"{platform.url}{prefix}/v1/completions"
     with extra_app(app, prefix, build_vllm_app(tiny_vllm_config(prefix))):
-        (old_id, old_pid), = replica_pids(app).items()
+        ((old_id, old_pid),) = replica_pids(app).items()
         old_tree = [old_pid] + [c.pid for c in psutil.Process(old_pid).children(recursive=True)]
         streams = open_streams(url, {**LONG, "max_tokens": 900}, count=4)
         os.kill(old_pid, signal.SIGKILL)
@@ -110,10 +124,12 @@ def test_killed_replica_is_replaced_and_no_request_hangs(platform: Platform) -> 
             lambda: not any(psutil.pid_exists(pid) for pid in old_tree), timeout_s=60, poll_s=0.5
         )
     ended = [round(o.ended_at - killed_at, 1) for o in outcomes]
-    print(f"\nreplica kill: in-flight {[o.kind for o in outcomes]} ended {ended}s after the kill; "
-          f"serving again {recovered_s}s after the kill; "
-          f"old engine processes gone after {orphans_gone_s}s; "
-          f"details {[o.detail for o in outcomes]}")
+    print(
+        f"\nreplica kill: in-flight {[o.kind for o in outcomes]} ended {ended}s after the kill; "
+        f"serving again {recovered_s}s after the kill; "
+        f"old engine processes gone after {orphans_gone_s}s; "
+        f"details {[o.detail for o in outcomes]}"
+    )
     assert all(o.kind in {"error_event", "http_error", "broken"} for o in outcomes), outcomes
     assert recovered_s is not None, "no answer within 300 s of the kill"
     assert len(new) == 1 and old_id not in new  # a new replica serves, not the killed one
@@ -121,6 +137,7 @@ def test_killed_replica_is_replaced_and_no_request_hangs(platform: Platform) -> 
 
 
 # -- scale-down while streams are open -------------------------------------------------------------
+
 
 def scaled_app(config: PlatformConfig, num_replicas: int):
     """The same deployment with another replica count. `serve.run` gives it a new random code
@@ -158,9 +175,11 @@ def test_scale_down_lets_every_open_stream_finish(platform: Platform) -> None:
         outcomes = [s.wait(timeout_s=120) for s in streams]
     last_end = max(o.ended_at for o in outcomes) - asked_at
     stopping = f"{seen_stopping[0]:.1f}-{seen_stopping[-1]:.1f}s" if seen_stopping else "never"
-    print(f"\nscale-down 2->1 with 8 open streams: {[o.kind for o in outcomes]}, tokens "
-          f"{sorted({o.tokens for o in outcomes})}; a replica was STOPPING {stopping} after the "
-          f"request, gone at {gone_s}s; last stream ended at {last_end:.1f}s")
+    print(
+        f"\nscale-down 2->1 with 8 open streams: {[o.kind for o in outcomes]}, tokens "
+        f"{sorted({o.tokens for o in outcomes})}; a replica was STOPPING {stopping} after the "
+        f"request, gone at {gone_s}s; last stream ended at {last_end:.1f}s"
+    )
     assert gone_s is not None, "never scaled down to one replica"
     assert seen_stopping, "no replica was ever seen draining"
     assert all(o.kind == "completed" and o.finish_reason == "length" for o in outcomes), outcomes
@@ -168,6 +187,7 @@ def test_scale_down_lets_every_open_stream_finish(platform: Platform) -> None:
 
 
 # -- the engine cannot start -----------------------------------------------------------------------
+
 
 def broken_model(tmp_path: Path, how: str) -> Path:
     """A copy of the tiny model whose weights no engine can load."""
@@ -196,8 +216,12 @@ def up_with(
     path.write_text(json.dumps(config))
     started = time.monotonic()
     done = subprocess.run(
-        [*CLI, "up", "--detach", "--config", str(path), "--timeout", "300"], cwd=ROOT,
-        capture_output=True, text=True, timeout=600, env={**os.environ, **env},
+        [*CLI, "up", "--detach", "--config", str(path), "--timeout", "300"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
     )
     return done, time.monotonic() - started
 
@@ -223,11 +247,13 @@ def test_engine_that_cannot_start_fails_up_with_its_cause(tmp_path: Path) -> Non
     # One constructor attempt per replica instead of Serve's 3 keeps the test short.
     with FileLock(str(SESSION_LOCK), timeout=3600):
         done, took = up_with(tmp_path, str(model), {"RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": "1"})
-        leftover = subprocess.run([ray_executable(), "status"], capture_output=True, text=True,
-                                  timeout=60)
+        leftover = subprocess.run(
+            [ray_executable(), "status"], capture_output=True, text=True, timeout=60
+        )
     errors = error_lines(done)
-    print(f"\nup with an engine that cannot start: exit {done.returncode} after {took:.0f}s: "
-          f"{errors}")
+    print(
+        f"\nup with an engine that cannot start: exit {done.returncode} after {took:.0f}s: {errors}"
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert len(errors) == 1, done.stderr
     assert "failed to start" in errors[0]

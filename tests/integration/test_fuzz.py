@@ -18,8 +18,11 @@ APPS = [("vllm", "", True, 40), ("hf", "/hf", True, 40), ("analysis", "/analysis
 # vLLM's app serves every route of `vllm serve`; the platform promises the OpenAI shape on the
 # OpenAI and tokenizer routes. (Its Anthropic routes answer in Anthropic's error shape, and its
 # structured-decision route 501 for a model without that API, as under `vllm serve`.)
-FUZZED_PATHS = {"vllm": frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses",
-                                   "/tokenize", "/detokenize"})}
+FUZZED_PATHS = {
+    "vllm": frozenset(
+        {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize"}
+    )
+}
 OVERRIDE = os.environ.get("LLM_SERVING_FUZZ_EXAMPLES")  # e.g. 200 for a longer run
 
 
@@ -41,15 +44,22 @@ def still_serves(http: httpx.Client, prefix: str, openai_routes: bool, model: st
         assert response.json()["model"] == model
 
 
-@pytest.mark.parametrize(("app", "prefix", "openai_routes", "examples"), APPS, ids=[a[0] for a in APPS])
+@pytest.mark.parametrize(
+    ("app", "prefix", "openai_routes", "examples"), APPS, ids=[a[0] for a in APPS]
+)
 def test_fuzzed_app_answers_4xx_in_openai_shape_and_keeps_serving(
-    platform: Platform, http: httpx.Client, app: str, prefix: str, openai_routes: bool,
+    platform: Platform,
+    http: httpx.Client,
+    app: str,
+    prefix: str,
+    openai_routes: bool,
     examples: int,
 ) -> None:
     examples = int(OVERRIDE or examples)
     served = platform.model if openai_routes else None
-    report = fuzz_app(f"{platform.url}{prefix}", examples, served_model=served,
-                      paths=FUZZED_PATHS.get(app))
+    report = fuzz_app(
+        f"{platform.url}{prefix}", examples, served_model=served, paths=FUZZED_PATHS.get(app)
+    )
     print(summary(app, report))
     problems = "\n".join(f"{problem}\n    {case}" for problem, case in report.problems.items())
     assert not report.problems, f"{len(report.problems)} problem(s):\n{problems}"

@@ -32,8 +32,11 @@ def client(platform: Platform) -> openai.OpenAI:
 def reference_text(client: openai.OpenAI, platform: Platform) -> str:
     """Greedy output of the default mode, to compare every other mode against."""
     completion = client.completions.create(
-        model=platform.model, prompt="The capital of France is", max_tokens=6,
-        extra_body={"ignore_eos": True}, **GREEDY,
+        model=platform.model,
+        prompt="The capital of France is",
+        max_tokens=6,
+        extra_body={"ignore_eos": True},
+        **GREEDY,
     )
     return completion.choices[0].text
 
@@ -52,8 +55,11 @@ def test_completion_in_each_mode(
     client: openai.OpenAI, platform: Platform, reference_text: str, mode: str
 ) -> None:
     completion = client.completions.create(
-        model=platform.model, prompt="The capital of France is", max_tokens=6,
-        extra_body={"ignore_eos": True, "mode": mode}, **GREEDY,
+        model=platform.model,
+        prompt="The capital of France is",
+        max_tokens=6,
+        extra_body={"ignore_eos": True, "mode": mode},
+        **GREEDY,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "length"
@@ -64,13 +70,18 @@ def test_completion_in_each_mode(
 @pytest.mark.parametrize("mode", MODES)
 def test_streamed_chat_in_each_mode(client: openai.OpenAI, platform: Platform, mode: str) -> None:
     request = {
-        "model": platform.model, "max_tokens": 5, "extra_body": {"ignore_eos": True, "mode": mode},
-        "messages": [{"role": "user", "content": "What is the capital of France?"}], **GREEDY,
+        "model": platform.model,
+        "max_tokens": 5,
+        "extra_body": {"ignore_eos": True, "mode": mode},
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        **GREEDY,
     }
     whole = client.chat.completions.create(**request)
-    chunks = list(client.chat.completions.create(
-        **request, stream=True, stream_options={"include_usage": True}
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+    )
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     finishes = [reason for reason in finishes if reason]
@@ -80,8 +91,14 @@ def test_streamed_chat_in_each_mode(client: openai.OpenAI, platform: Platform, m
 
 
 def test_completion_stream_and_seeded_sampling(client: openai.OpenAI, platform: Platform) -> None:
-    request = {"model": platform.model, "prompt": "Once upon a time", "max_tokens": 8,
-               "seed": 11, "temperature": 1.0, "extra_body": {"ignore_eos": True}}
+    request = {
+        "model": platform.model,
+        "prompt": "Once upon a time",
+        "max_tokens": 8,
+        "seed": 11,
+        "temperature": 1.0,
+        "extra_body": {"ignore_eos": True},
+    }
     streamed = "".join(c.choices[0].text for c in client.completions.create(**request, stream=True))
     again = client.completions.create(**request).choices[0].text
     assert streamed == again and streamed
@@ -91,17 +108,28 @@ def test_completion_stream_and_seeded_sampling(client: openai.OpenAI, platform: 
 def test_vllm_sampling_extensions_narrow_to_the_greedy_token(
     client: openai.OpenAI, platform: Platform, reference_text: str, narrow: dict
 ) -> None:
-    args = {"model": platform.model, "prompt": "The capital of France is", "max_tokens": 6,
-            "temperature": 1.0, "extra_body": {"ignore_eos": True, **narrow}}
+    args = {
+        "model": platform.model,
+        "prompt": "The capital of France is",
+        "max_tokens": 6,
+        "temperature": 1.0,
+        "extra_body": {"ignore_eos": True, **narrow},
+    }
     sampled = {client.completions.create(**args, seed=s).choices[0].text for s in (1, 2)}
     assert sampled == {reference_text}
 
 
 def test_stop_string_ends_the_choice(client: openai.OpenAI, platform: Platform) -> None:
-    request = {"model": platform.model, "prompt": "Once upon a time", "max_tokens": 20,
-               "seed": 5, "temperature": 1.0, "extra_body": {"ignore_eos": True}}
+    request = {
+        "model": platform.model,
+        "prompt": "Once upon a time",
+        "max_tokens": 20,
+        "seed": 5,
+        "temperature": 1.0,
+        "extra_body": {"ignore_eos": True},
+    }
     full = client.completions.create(**request).choices[0].text
-    stop = full[len(full) // 2: len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     cut = client.completions.create(**request, stop=[stop]).choices[0]
     assert cut.finish_reason == "stop" and cut.text == full[: full.index(stop)]
 
@@ -114,10 +142,15 @@ def test_timings_extension_per_choice(client: openai.OpenAI, platform: Platform)
     timings = completion.choices[0].model_extra["timings"]
     assert timings["mode"] == "kv-cache" and timings["ttft_ms"] > 0
     assert len(timings["itl_ms"]) == 5
-    chunks = list(client.chat.completions.create(
-        model=platform.model, max_tokens=4, extra_body=extra, stream=True,
-        messages=[{"role": "user", "content": "Hi"}],
-    ))
+    chunks = list(
+        client.chat.completions.create(
+            model=platform.model,
+            max_tokens=4,
+            extra_body=extra,
+            stream=True,
+            messages=[{"role": "user", "content": "Hi"}],
+        )
+    )
     last = [c for c in chunks if c.choices and c.choices[0].finish_reason][-1]
     assert len(last.choices[0].model_extra["timings"]["itl_ms"]) == 3
     plain = client.completions.create(model=platform.model, prompt="Hello", max_tokens=2)
@@ -133,7 +166,10 @@ def test_timings_show_the_kv_cache_saving_through_http(
     # figure, not a test threshold.
     def gaps(mode: str) -> list[float]:
         completion = client.completions.create(
-            model=platform.model, prompt="Hello there " * 300, max_tokens=24, **GREEDY,
+            model=platform.model,
+            prompt="Hello there " * 300,
+            max_tokens=24,
+            **GREEDY,
             extra_body={"ignore_eos": True, "timings": True, "mode": mode},
         )
         itl = completion.choices[0].model_extra["timings"]["itl_ms"]
@@ -151,18 +187,27 @@ async def test_static_batch_pads_queued_requests_into_one_batch(platform: Platfo
     client = platform.async_client(HF)
     # A long kv-cache job holds the worker; the static-batch requests queue behind it and then
     # run as one padded batch.
-    blocker = asyncio.create_task(client.completions.create(
-        model=platform.model, prompt="Hold on", max_tokens=250,
-        extra_body={"ignore_eos": True, "mode": "kv-cache"},
-    ))
-    await asyncio.sleep(1.0)
-    batch = await asyncio.gather(*[
+    blocker = asyncio.create_task(
         client.completions.create(
-            model=platform.model, prompt=f"Item {i}", max_tokens=4 + 4 * i, **GREEDY,
-            extra_body={"ignore_eos": True, "mode": "static-batch", "timings": True},
+            model=platform.model,
+            prompt="Hold on",
+            max_tokens=250,
+            extra_body={"ignore_eos": True, "mode": "kv-cache"},
         )
-        for i in range(3)
-    ])
+    )
+    await asyncio.sleep(1.0)
+    batch = await asyncio.gather(
+        *[
+            client.completions.create(
+                model=platform.model,
+                prompt=f"Item {i}",
+                max_tokens=4 + 4 * i,
+                **GREEDY,
+                extra_body={"ignore_eos": True, "mode": "static-batch", "timings": True},
+            )
+            for i in range(3)
+        ]
+    )
     await blocker
     sizes = [c.choices[0].model_extra["timings"]["batch_size"] for c in batch]
     assert sizes == [3, 3, 3]
@@ -174,12 +219,24 @@ BAD = [
     ("malformed json", "/v1/chat/completions", b'{"model": ', 400),
     ("wrong type", "/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": "many"}, 400),
     ("max_tokens zero", "/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 0}, 400),
-    ("max_tokens above limit", "/v1/completions",
-     {"model": MODEL, "prompt": "a", "max_tokens": 5000}, 400),
-    ("prompt too long", "/v1/completions",
-     {"model": MODEL, "prompt": "word " * 2000, "max_tokens": 1}, 400),
-    ("unknown model", "/v1/chat/completions",
-     {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404),
+    (
+        "max_tokens above limit",
+        "/v1/completions",
+        {"model": MODEL, "prompt": "a", "max_tokens": 5000},
+        400,
+    ),
+    (
+        "prompt too long",
+        "/v1/completions",
+        {"model": MODEL, "prompt": "word " * 2000, "max_tokens": 1},
+        400,
+    ),
+    (
+        "unknown model",
+        "/v1/chat/completions",
+        {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
+        404,
+    ),
     ("messages not a list", "/v1/chat/completions", {"model": MODEL, "messages": "hi"}, 400),
     ("unknown mode", "/v1/completions", {"model": MODEL, "prompt": "a", "mode": "turbo"}, 400),
     ("mode wrong type", "/v1/completions", {"model": MODEL, "prompt": "a", "mode": 3}, 400),
@@ -209,17 +266,31 @@ def test_openai_client_raises_typed_errors(client: openai.OpenAI) -> None:
 
 
 def test_full_queue_is_a_503_with_retry_after(platform: Platform) -> None:
-    config = PlatformConfig.model_validate({
-        "model": {"ref": MODEL, "dtype": "float32", "max_model_len": 1024},
-        "hf": {"route_prefix": "/hf-tight", "max_ongoing_requests": 1,
-               "backpressure": {"max_queued_requests": 1, "retry_after_s": 2}},
-    })
-    slow = {"model": MODEL, "prompt": "Go", "max_tokens": 1000, "stream": True,
-            "ignore_eos": True, "mode": "no-cache"}
+    config = PlatformConfig.model_validate(
+        {
+            "model": {"ref": MODEL, "dtype": "float32", "max_model_len": 1024},
+            "hf": {
+                "route_prefix": "/hf-tight",
+                "max_ongoing_requests": 1,
+                "backpressure": {"max_queued_requests": 1, "retry_after_s": 2},
+            },
+        }
+    )
+    slow = {
+        "model": MODEL,
+        "prompt": "Go",
+        "max_tokens": 1000,
+        "stream": True,
+        "ignore_eos": True,
+        "mode": "no-cache",
+    }
     short = {"model": MODEL, "prompt": "Go", "max_tokens": 3}
     url = f"{platform.url}/hf-tight/v1/completions"
-    with extra_app("hf-tight", "/hf-tight", build_hf_app(config)), \
-            ThreadPoolExecutor(2) as pool, httpx.Client(timeout=60) as http:
+    with (
+        extra_app("hf-tight", "/hf-tight", build_hf_app(config)),
+        ThreadPoolExecutor(2) as pool,
+        httpx.Client(timeout=60) as http,
+    ):
         with http.stream("POST", url, json=slow) as running:
             assert running.status_code == 200
             lines = running.iter_lines()  # keep a reference: a dropped iterator closes the stream
@@ -258,15 +329,21 @@ PARITY_PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 
 def test_parity_with_vllm_on_the_default_model(platform: Platform) -> None:
     """Same model, same API, float32, greedy: vLLM and transformers pick the same 16 tokens."""
-    config = PlatformConfig.model_validate({
-        "model": {"ref": "default", "dtype": "float32", "max_model_len": 512},
-        "vllm": {"route_prefix": "/parity-vllm",
-                 "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 4}},
-        "hf": {"route_prefix": "/parity-hf"},
-        "analysis": {"route_prefix": "/parity-analysis"},
-    })
-    with extra_app("parity-vllm", "/parity-vllm", build_vllm_app(config)), \
-            extra_app("parity-hf", "/parity-hf", build_hf_app(config)):
+    config = PlatformConfig.model_validate(
+        {
+            "model": {"ref": "default", "dtype": "float32", "max_model_len": 512},
+            "vllm": {
+                "route_prefix": "/parity-vllm",
+                "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 4},
+            },
+            "hf": {"route_prefix": "/parity-hf"},
+            "analysis": {"route_prefix": "/parity-analysis"},
+        }
+    )
+    with (
+        extra_app("parity-vllm", "/parity-vllm", build_vllm_app(config)),
+        extra_app("parity-hf", "/parity-hf", build_hf_app(config)),
+    ):
         answers = {
             name: parity_answers(platform.client(f"/parity-{name}")) for name in ("vllm", "hf")
         }
@@ -278,7 +355,9 @@ def parity_answers(client: openai.OpenAI) -> list[tuple[str, int]]:
     answers = []
     for question in PARITY_CHATS:
         chat = client.chat.completions.create(
-            model="default", max_tokens=16, **GREEDY,
+            model="default",
+            max_tokens=16,
+            **GREEDY,
             messages=[{"role": "user", "content": question}],
         )
         answers.append((chat.choices[0].message.content, chat.usage.completion_tokens))

@@ -35,11 +35,18 @@ def evaluate(base_url: str) -> tuple[float, dict[int, list[float]]]:
     out = lm_eval.simple_evaluate(
         model="local-completions",
         model_args={
-            "base_url": f"{base_url}/completions", "model": MODEL,
-            "tokenizer": str(resolve_model(MODEL, None)), "tokenizer_backend": "huggingface",
-            "num_concurrent": 1, "max_retries": 1,
+            "base_url": f"{base_url}/completions",
+            "model": MODEL,
+            "tokenizer": str(resolve_model(MODEL, None)),
+            "tokenizer_backend": "huggingface",
+            "num_concurrent": 1,
+            "max_retries": 1,
         },
-        tasks=[config], log_samples=True, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
+        tasks=[config],
+        log_samples=True,
+        random_seed=0,
+        numpy_random_seed=0,
+        torch_random_seed=0,
     )
     accuracy = out["results"][config["task"]]["acc,none"]
     logliks = {
@@ -56,7 +63,9 @@ def baseline(platform: Platform) -> tuple[float, dict[int, list[float]]]:
 
 @pytest.mark.parametrize("target", ["plain-vllm", "platform-vllm"])
 def test_lm_eval_scores_agree_with_the_hf_baseline(
-    target: str, baseline: tuple[float, dict[int, list[float]]], platform: Platform,
+    target: str,
+    baseline: tuple[float, dict[int, list[float]]],
+    platform: Platform,
     request: pytest.FixtureRequest,
 ) -> None:
     url = request.getfixturevalue("plain_vllm") if target == "plain-vllm" else platform.api

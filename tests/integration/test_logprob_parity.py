@@ -61,8 +61,14 @@ def test_echo_returns_the_prompt_with_its_logprobs(
     hf: openai.OpenAI, vllm: openai.OpenAI, platform: Platform
 ) -> None:
     """What lm-evaluation-harness' local-completions sends to score loglikelihood."""
-    request = {"model": platform.model, "prompt": PROMPTS[0], "echo": True, "logprobs": 1,
-               "max_tokens": 1, **GREEDY}
+    request = {
+        "model": platform.model,
+        "prompt": PROMPTS[0],
+        "echo": True,
+        "logprobs": 1,
+        "max_tokens": 1,
+        **GREEDY,
+    }
     ours, theirs = hf.completions.create(**request), vllm.completions.create(**request)
     a, b = ours.choices[0], theirs.choices[0]
     assert a.text.startswith(PROMPTS[0]) and a.text == b.text
@@ -75,9 +81,17 @@ def test_echo_returns_the_prompt_with_its_logprobs(
         assert_same_top(top_a, top_b)
 
 
-def test_greedy_chat_logprobs_agree(hf: openai.OpenAI, vllm: openai.OpenAI, platform: Platform) -> None:
-    request = {"model": platform.model, "max_tokens": 6, "logprobs": True, "top_logprobs": 3,
-               "messages": [{"role": "user", "content": "What is the capital of France?"}], **GREEDY}
+def test_greedy_chat_logprobs_agree(
+    hf: openai.OpenAI, vllm: openai.OpenAI, platform: Platform
+) -> None:
+    request = {
+        "model": platform.model,
+        "max_tokens": 6,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        **GREEDY,
+    }
     ours = hf.chat.completions.create(**request).choices[0].logprobs.content
     theirs = vllm.chat.completions.create(**request).choices[0].logprobs.content
     assert [t.token for t in ours] == [t.token for t in theirs] and len(ours) == 6
@@ -85,22 +99,37 @@ def test_greedy_chat_logprobs_agree(hf: openai.OpenAI, vllm: openai.OpenAI, plat
     diff = max_diff([t.logprob for t in ours], [t.logprob for t in theirs])
     assert diff < TOLERANCE, f"max |logprob diff| {diff:.2e}"
     for a, b in zip(ours, theirs):
-        assert_same_top({t.token: t.logprob for t in a.top_logprobs},
-                        {t.token: t.logprob for t in b.top_logprobs})
+        assert_same_top(
+            {t.token: t.logprob for t in a.top_logprobs},
+            {t.token: t.logprob for t in b.top_logprobs},
+        )
 
 
 def test_streamed_logprobs_are_the_whole_ones(hf: openai.OpenAI, platform: Platform) -> None:
-    chat = {"model": platform.model, "max_tokens": 5, "logprobs": True, "top_logprobs": 2,
-            "messages": [{"role": "user", "content": "Hello"}], **GREEDY}
+    chat = {
+        "model": platform.model,
+        "max_tokens": 5,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "messages": [{"role": "user", "content": "Hello"}],
+        **GREEDY,
+    }
     whole = hf.chat.completions.create(**chat).choices[0].logprobs.content
     streamed = [
-        entry for chunk in hf.chat.completions.create(**chat, stream=True)
+        entry
+        for chunk in hf.chat.completions.create(**chat, stream=True)
         if chunk.choices and chunk.choices[0].logprobs
         for entry in chunk.choices[0].logprobs.content
     ]
     assert streamed == whole
-    echo = {"model": platform.model, "prompt": PROMPTS[1], "echo": True, "logprobs": 1,
-            "max_tokens": 3, **GREEDY}
+    echo = {
+        "model": platform.model,
+        "prompt": PROMPTS[1],
+        "echo": True,
+        "logprobs": 1,
+        "max_tokens": 3,
+        **GREEDY,
+    }
     whole_echo = hf.completions.create(**echo).choices[0]
     chunks = [c.choices[0] for c in hf.completions.create(**echo, stream=True) if c.choices]
     assert "".join(c.text for c in chunks) == whole_echo.text

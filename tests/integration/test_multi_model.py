@@ -68,12 +68,18 @@ def test_every_model_and_adapter_answers_by_name_streaming_too(endpoint: str) ->
     models, parents = example_names()
     api = client(endpoint)
     for name in [*models, *parents]:
-        completion = api.completions.create(model=name, prompt="Hello", max_tokens=4, **GREEDY,
-                                            extra_body={"ignore_eos": True})
+        completion = api.completions.create(
+            model=name, prompt="Hello", max_tokens=4, **GREEDY, extra_body={"ignore_eos": True}
+        )
         assert completion.model == name and completion.usage.completion_tokens == 4
         stream = api.chat.completions.create(
-            model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, stream=True,
-            extra_body={"ignore_eos": True}, **GREEDY)
+            model=name,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=4,
+            stream=True,
+            extra_body={"ignore_eos": True},
+            **GREEDY,
+        )
         chunks = [chunk for chunk in stream if chunk.choices]
         assert {chunk.model for chunk in chunks} == {name}
         assert sum(bool(chunk.choices[0].delta.content) for chunk in chunks) >= 2
@@ -82,11 +88,19 @@ def test_every_model_and_adapter_answers_by_name_streaming_too(endpoint: str) ->
 def test_an_adapter_gives_structured_output_and_logprobs(endpoint: str) -> None:
     _, parents = example_names()
     adapter = sorted(parents)[0]
-    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-              "required": ["city"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
     chat = client(endpoint).chat.completions.create(
-        model=adapter, messages=[{"role": "user", "content": "Name a city as JSON."}],
-        max_tokens=40, logprobs=True, top_logprobs=2, **GREEDY,
+        model=adapter,
+        messages=[{"role": "user", "content": "Name a city as JSON."}],
+        max_tokens=40,
+        logprobs=True,
+        top_logprobs=2,
+        **GREEDY,
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
     )
     assert set(json.loads(chat.choices[0].message.content)) == {"city"}
@@ -112,9 +126,13 @@ def peft_greedy(adapter: str, prompt_ids: list[int], max_tokens: int) -> list[in
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model = PeftModel.from_pretrained(base, ensure_demo_adapter(model_dir, adapter)).eval()
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_tokens,
-                             do_sample=False, min_new_tokens=max_tokens)
-    return out[0, len(prompt_ids):].tolist()
+        out = model.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            min_new_tokens=max_tokens,
+        )
+    return out[0, len(prompt_ids) :].tolist()
 
 
 def test_an_adapters_greedy_output_equals_peft_and_differs_from_its_base(endpoint: str) -> None:
@@ -129,8 +147,12 @@ def test_an_adapters_greedy_output_equals_peft_and_differs_from_its_base(endpoin
 
     def served(model: str) -> list[int]:
         completion = client(endpoint).completions.create(
-            model=model, prompt=prompt_ids, max_tokens=8, **GREEDY,
-            extra_body={"ignore_eos": True, "return_token_ids": True})
+            model=model,
+            prompt=prompt_ids,
+            max_tokens=8,
+            **GREEDY,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
         return completion.choices[0].model_extra["token_ids"]
 
     expected = peft_greedy(adapter.path.removeprefix(DEMO_PREFIX), prompt_ids, 8)
@@ -143,11 +165,24 @@ def test_every_conformance_case_passes_through_the_router(endpoint: str, tmp_pat
     the example's default model, dispatched by the router."""
     name = next(m.name for m in load_config(EXAMPLE).models if m.model.ref == "default")
     chat = client(endpoint).chat.completions.create(
-        model=name, max_tokens=24, messages=[{"role": "user", "content": "What is the capital of France?"}],
-        **GREEDY)
+        model=name,
+        max_tokens=24,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        **GREEDY,
+    )
     assert "Paris" in chat.choices[0].message.content
-    done = run_cli("conformance", "--target", f"router={endpoint}", "--model", name,
-                   "--output", str(tmp_path), "--timeout", "60", timeout=600)
+    done = run_cli(
+        "conformance",
+        "--target",
+        f"router={endpoint}",
+        "--model",
+        name,
+        "--output",
+        str(tmp_path),
+        "--timeout",
+        "60",
+        timeout=600,
+    )
     results = json.loads((tmp_path / "conformance.json").read_text())["results"]
     failing = {r["case"]: r.get("reason") for r in results if r["status"] != "ok"}
     assert len(results) >= 30 and not failing, f"{failing}\n{done.stdout}"
@@ -166,9 +201,11 @@ def test_session_routing_keeps_a_session_on_one_replica(endpoint: str) -> None:
     with httpx.Client(timeout=60) as http:
         for session in [f"conversation-{i}" for i in range(8)]:
             for turn in range(3):
-                response = http.post(f"{endpoint}/completions", headers={"x-session-id": session},
-                                     json={"model": entry.name, "prompt": f"turn {turn}",
-                                           "max_tokens": 1})
+                response = http.post(
+                    f"{endpoint}/completions",
+                    headers={"x-session-id": session},
+                    json={"model": entry.name, "prompt": f"turn {turn}", "max_tokens": 1},
+                )
                 assert response.status_code == 200
                 served.setdefault(session, set()).add(response.headers["x-llm-serving-replica"])
     assert all(len(replicas) == 1 for replicas in served.values()), served
@@ -179,7 +216,9 @@ def adapter_loads() -> dict[str, float]:
     """llm_serving_adapter_loads_total per adapter, summed over replicas, from the Ray node's
     Prometheus endpoint."""
     text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
-    return {key[0]: value for key, value in counter_values(text, ADAPTER_LOADS, ("adapter",)).items()}
+    return {
+        key[0]: value for key, value in counter_values(text, ADAPTER_LOADS, ("adapter",)).items()
+    }
 
 
 def test_each_adapter_loads_once_into_the_replica_that_serves_it(endpoint: str) -> None:
@@ -204,15 +243,34 @@ def test_status_shows_each_models_app_and_engine(endpoint: str) -> None:
     lines = done.stdout.splitlines()
     for name in example_names()[0]:
         at = lines.index(f"vllm-{name}: RUNNING")
-        assert any(line.strip().startswith("engine: ok") for line in lines[at:at + 4]), done.stdout
+        assert any(line.strip().startswith("engine: ok") for line in lines[at : at + 4]), (
+            done.stdout
+        )
 
 
 def test_the_load_generator_mixes_models_and_reports_each(endpoint: str, tmp_path: Path) -> None:
     models, parents = example_names()
     mix = ",".join(f"{name}=1" for name in [*models, *parents])
-    done = run_cli("bench", "--target", f"router={endpoint}", "--model-mix", mix,
-                   "--concurrency", "4", "--requests", "16", "--rounds", "1", "--input-len", "16",
-                   "--output-len", "4", "--output", str(tmp_path), timeout=600)
+    done = run_cli(
+        "bench",
+        "--target",
+        f"router={endpoint}",
+        "--model-mix",
+        mix,
+        "--concurrency",
+        "4",
+        "--requests",
+        "16",
+        "--rounds",
+        "1",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--output",
+        str(tmp_path),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["router"]
     per_model = result["per_model"]
@@ -228,17 +286,24 @@ def test_an_adapter_loaded_at_run_time_is_served_until_unloaded(endpoint: str) -
     config = load_config(EXAMPLE)
     tiny = next(m for m in config.models if m.runtime_adapters)
     path = ensure_demo_adapter(resolve_model(tiny.model.ref), "tiny-runtime")
-    bad = httpx.post(f"{endpoint}/load_lora_adapter", timeout=60,
-                     json={"lora_name": "tiny-bad", "lora_path": "/nonexistent/adapter"})
+    bad = httpx.post(
+        f"{endpoint}/load_lora_adapter",
+        timeout=60,
+        json={"lora_name": "tiny-bad", "lora_path": "/nonexistent/adapter"},
+    )
     assert bad.status_code == 400 and "could not be loaded" in bad.json()["error"]["message"]
-    loaded = httpx.post(f"{endpoint}/load_lora_adapter", timeout=60,
-                        json={"lora_name": "tiny-runtime", "lora_path": str(path)})
+    loaded = httpx.post(
+        f"{endpoint}/load_lora_adapter",
+        timeout=60,
+        json={"lora_name": "tiny-runtime", "lora_path": str(path)},
+    )
     assert loaded.status_code == 200, loaded.text
     api = client(endpoint)
     replicas = set()
     for session in map(str, range(8)):
         response = api.completions.with_raw_response.create(
-            model="tiny-runtime", prompt="Hi", max_tokens=2, user=session)
+            model="tiny-runtime", prompt="Hi", max_tokens=2, user=session
+        )
         assert response.parse().model == "tiny-runtime"
         replicas.add(response.headers["x-llm-serving-replica"])
     assert len(replicas) == 2

@@ -36,11 +36,17 @@ def wait_for(prom: Prometheus, expr: str, predicate, timeout_s: float) -> float 
 
 async def load(platform: Platform, requests: int, max_tokens: int) -> list[int]:
     client = platform.async_client()
-    results = await asyncio.gather(*[
-        client.completions.create(model=platform.model, prompt=f"Story {i}:", max_tokens=max_tokens,
-                                  extra_body={"ignore_eos": True})
-        for i in range(requests)
-    ])
+    results = await asyncio.gather(
+        *[
+            client.completions.create(
+                model=platform.model,
+                prompt=f"Story {i}:",
+                max_tokens=max_tokens,
+                extra_body={"ignore_eos": True},
+            )
+            for i in range(requests)
+        ]
+    )
     return [r.usage.completion_tokens for r in results]
 
 
@@ -101,8 +107,9 @@ def test_every_metric_the_grafana_dashboard_queries_is_scraped(
 
 
 def test_ray_dashboard_lists_the_serve_applications(platform: Platform) -> None:
-    body = httpx.get(f"{platform.dashboard_url}/api/serve/applications/", timeout=30,
-                     headers=ray_auth_headers()).json()  # Ray's token auth may be on
+    body = httpx.get(
+        f"{platform.dashboard_url}/api/serve/applications/", timeout=30, headers=ray_auth_headers()
+    ).json()  # Ray's token auth may be on
     apps = body["applications"]
     assert "vllm" in apps
     assert apps["vllm"]["status"] == "RUNNING"

@@ -19,13 +19,30 @@ NEW_TOKENS, BATCHES = 6, (2, 4)
 def seed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
     out = tmp_path_factory.mktemp("seed")
     config = out / "platform.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
-        "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 16}},
-    }))
-    done = run_cli("bench", "--suite", "seed", "--config", str(config), "--output-len",
-                   str(NEW_TOKENS), "--batch-sizes", ",".join(map(str, BATCHES)), "--repeats", "1",
-                   "--output", str(out / "report"), timeout=900)
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
+                "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 16}},
+            }
+        )
+    )
+    done = run_cli(
+        "bench",
+        "--suite",
+        "seed",
+        "--config",
+        str(config),
+        "--output-len",
+        str(NEW_TOKENS),
+        "--batch-sizes",
+        ",".join(map(str, BATCHES)),
+        "--repeats",
+        "1",
+        "--output",
+        str(out / "report"),
+        timeout=900,
+    )
     return done.returncode, done.stdout + done.stderr, out / "report"
 
 
@@ -49,7 +66,8 @@ def test_static_batch_waste_is_counted_from_the_real_batch(seed_run: tuple[int, 
     lengths = waste["prompt_tokens"]
     assert len(set(lengths)) > 1  # the seed's prompts differ in length: padding is real
     assert waste["padding_waste"] == pytest.approx(
-        sum(max(lengths) - n for n in lengths) / (max(lengths) * len(lengths)))
+        sum(max(lengths) - n for n in lengths) / (max(lengths) * len(lengths))
+    )
     assert 0 < waste["idle_waste"] < 1 and waste["expected_speedup"] > 0
 
 

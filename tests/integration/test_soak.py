@@ -16,10 +16,28 @@ DURATION_S, WARMUP_S, BOUND_MB = 75, 25, 200
 def test_short_soak_holds_replica_memory(platform: Platform, tmp_path: Path) -> None:
     out = tmp_path / "soak"
     done = run_cli(
-        "bench", "--scenario", "soak", "--target", f"platform={platform.api}",
-        "--dashboard", platform.dashboard_url, "--duration", str(DURATION_S),
-        "--warmup", str(WARMUP_S), "--max-growth-mb", str(BOUND_MB), "--concurrency", "4",
-        "--input-len", "64", "--output-len", "32", "--output", str(out), timeout=600,
+        "bench",
+        "--scenario",
+        "soak",
+        "--target",
+        f"platform={platform.api}",
+        "--dashboard",
+        platform.dashboard_url,
+        "--duration",
+        str(DURATION_S),
+        "--warmup",
+        str(WARMUP_S),
+        "--max-growth-mb",
+        str(BOUND_MB),
+        "--concurrency",
+        "4",
+        "--input-len",
+        "64",
+        "--output-len",
+        "32",
+        "--output",
+        str(out),
+        timeout=600,
     )
     print(f"\n{done.stdout}")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -28,8 +28,11 @@ def test_health_reports_an_idle_engine(http: httpx.Client) -> None:
 
 def test_completion_respects_max_tokens_and_counts_usage(platform: Platform) -> None:
     completion = platform.client().completions.create(
-        model=platform.model, prompt="The capital of France is", max_tokens=7,
-        extra_body={"ignore_eos": True}, **GREEDY,
+        model=platform.model,
+        prompt="The capital of France is",
+        max_tokens=7,
+        extra_body={"ignore_eos": True},
+        **GREEDY,
     )
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage.completion_tokens == 7
@@ -41,7 +44,11 @@ def test_completion_respects_max_tokens_and_counts_usage(platform: Platform) -> 
 def test_prompt_list_is_a_batch(platform: Platform) -> None:
     prompts = ["One, two,", "Red, green,", "Monday, Tuesday,"]
     completion = platform.client().completions.create(
-        model=platform.model, prompt=prompts, max_tokens=4, n=2, seed=1,
+        model=platform.model,
+        prompt=prompts,
+        max_tokens=4,
+        n=2,
+        seed=1,
         extra_body={"ignore_eos": True},
     )
     assert sorted(c.index for c in completion.choices) == list(range(6))
@@ -59,8 +66,14 @@ def test_greedy_is_deterministic_and_batch_equals_single(platform: Platform) -> 
 
 def test_seed_makes_sampling_reproducible(platform: Platform) -> None:
     client = platform.client()
-    args = dict(model=platform.model, prompt="Once upon a time", max_tokens=12, temperature=1.0,
-                top_p=0.9, extra_body={"ignore_eos": True})
+    args = dict(
+        model=platform.model,
+        prompt="Once upon a time",
+        max_tokens=12,
+        temperature=1.0,
+        top_p=0.9,
+        extra_body={"ignore_eos": True},
+    )
     first = client.completions.create(seed=7, **args).choices[0].text
     again = client.completions.create(seed=7, **args).choices[0].text
     other = client.completions.create(seed=8, **args).choices[0].text
@@ -71,12 +84,17 @@ def test_seed_makes_sampling_reproducible(platform: Platform) -> None:
 @pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}])
 def test_vllm_sampling_extensions_narrow_to_the_greedy_token(platform: Platform, narrow) -> None:
     client = platform.client()
-    args = dict(model=platform.model, prompt="Once upon a time", max_tokens=8,
-                extra_body={"ignore_eos": True})
+    args = dict(
+        model=platform.model,
+        prompt="Once upon a time",
+        max_tokens=8,
+        extra_body={"ignore_eos": True},
+    )
     greedy = client.completions.create(**args, **GREEDY).choices[0].text
     args["extra_body"] = {"ignore_eos": True, **narrow}
-    sampled = {client.completions.create(**args, temperature=1.0, seed=s).choices[0].text
-               for s in (1, 2)}
+    sampled = {
+        client.completions.create(**args, temperature=1.0, seed=s).choices[0].text for s in (1, 2)
+    }
     assert sampled == {greedy}
 
 
@@ -104,8 +122,12 @@ def test_chat_completion_uses_the_chat_template(platform: Platform) -> None:
 
 def test_chat_stream_matches_non_stream(platform: Platform) -> None:
     client = platform.client()
-    args = dict(model=platform.model, messages=[{"role": "user", "content": "Count"}],
-                max_tokens=10, **GREEDY)
+    args = dict(
+        model=platform.model,
+        messages=[{"role": "user", "content": "Count"}],
+        max_tokens=10,
+        **GREEDY,
+    )
     full = client.chat.completions.create(**args).choices[0].message.content
     stream = client.chat.completions.create(
         stream=True, stream_options={"include_usage": True}, **args
@@ -114,13 +136,18 @@ def test_chat_stream_matches_non_stream(platform: Platform) -> None:
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 10
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert len(finishes) == 1
 
 
 def test_completion_stream(platform: Platform) -> None:
     stream = platform.client().completions.create(
-        model=platform.model, prompt="Hello", max_tokens=6, stream=True,
+        model=platform.model,
+        prompt="Hello",
+        max_tokens=6,
+        stream=True,
         extra_body={"ignore_eos": True},
     )
     chunks = list(stream)
@@ -130,29 +157,65 @@ def test_completion_stream(platform: Platform) -> None:
 
 async def test_concurrent_requests_all_succeed(platform: Platform) -> None:
     client = platform.async_client()
-    results = await asyncio.gather(*[
-        client.completions.create(model=platform.model, prompt=f"Item {i}", max_tokens=16,
-                                  extra_body={"ignore_eos": True})
-        for i in range(12)
-    ])
+    results = await asyncio.gather(
+        *[
+            client.completions.create(
+                model=platform.model,
+                prompt=f"Item {i}",
+                max_tokens=16,
+                extra_body={"ignore_eos": True},
+            )
+            for i in range(12)
+        ]
+    )
     assert all(r.usage.completion_tokens == 16 for r in results)
 
 
 BAD = [
     ("malformed json", "/v1/chat/completions", b'{"model": ', 400),
-    ("wrong type", "/v1/completions", {"model": "tiny-qwen2", "prompt": "a", "max_tokens": "many"}, 400),
-    ("max_tokens zero", "/v1/completions", {"model": "tiny-qwen2", "prompt": "a", "max_tokens": 0}, 400),
-    ("max_tokens above limit", "/v1/completions",
-     {"model": "tiny-qwen2", "prompt": "a", "max_tokens": 5000}, 400),
-    ("prompt too long", "/v1/completions",
-     {"model": "tiny-qwen2", "prompt": "word " * 2000, "max_tokens": 1}, 400),
-    ("unknown model", "/v1/chat/completions",
-     {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404),
+    (
+        "wrong type",
+        "/v1/completions",
+        {"model": "tiny-qwen2", "prompt": "a", "max_tokens": "many"},
+        400,
+    ),
+    (
+        "max_tokens zero",
+        "/v1/completions",
+        {"model": "tiny-qwen2", "prompt": "a", "max_tokens": 0},
+        400,
+    ),
+    (
+        "max_tokens above limit",
+        "/v1/completions",
+        {"model": "tiny-qwen2", "prompt": "a", "max_tokens": 5000},
+        400,
+    ),
+    (
+        "prompt too long",
+        "/v1/completions",
+        {"model": "tiny-qwen2", "prompt": "word " * 2000, "max_tokens": 1},
+        400,
+    ),
+    (
+        "unknown model",
+        "/v1/chat/completions",
+        {"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
+        404,
+    ),
     ("empty messages", "/v1/chat/completions", {"model": "tiny-qwen2", "messages": []}, 400),
     ("messages not a list", "/v1/chat/completions", {"model": "tiny-qwen2", "messages": "hi"}, 400),
-    ("top_logprobs over max_logprobs", "/v1/chat/completions",
-     {"model": "tiny-qwen2", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
-      "top_logprobs": 50}, 400),
+    (
+        "top_logprobs over max_logprobs",
+        "/v1/chat/completions",
+        {
+            "model": "tiny-qwen2",
+            "messages": [{"role": "user", "content": "hi"}],
+            "logprobs": True,
+            "top_logprobs": 50,
+        },
+        400,
+    ),
 ]
 
 
@@ -179,15 +242,24 @@ def test_openai_client_raises_typed_errors(platform: Platform) -> None:
         client.completions.create(model=platform.model, prompt="a " * 2000, max_tokens=1)
 
 
-def test_client_disconnect_aborts_the_engine_request(platform: Platform, http: httpx.Client) -> None:
+def test_client_disconnect_aborts_the_engine_request(
+    platform: Platform, http: httpx.Client
+) -> None:
     before = http.get("/health").json()["aborted_total"]
-    body = {"model": platform.model, "prompt": "Tell a long story", "max_tokens": 900,
-            "ignore_eos": True, "stream": True}
-    with httpx.Client(base_url=platform.url, timeout=60) as client:
-        with client.stream("POST", "/v1/completions", json=body) as response:
-            lines = response.iter_lines()
-            received = [line for _, line in zip(range(6), lines)]
-            assert any(line.startswith("data: ") for line in received)
+    body = {
+        "model": platform.model,
+        "prompt": "Tell a long story",
+        "max_tokens": 900,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with (
+        httpx.Client(base_url=platform.url, timeout=60) as client,
+        client.stream("POST", "/v1/completions", json=body) as response,
+    ):
+        lines = response.iter_lines()
+        received = [line for _, line in zip(range(6), lines)]
+        assert any(line.startswith("data: ") for line in received)
     health = {}
     deadline = time.monotonic() + 60  # bounded wait; the abort normally lands within a second
     while time.monotonic() < deadline:

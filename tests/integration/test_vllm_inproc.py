@@ -28,8 +28,9 @@ def greedy(max_tokens: int = 8):
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
-                          output_kind=RequestOutputKind.DELTA)
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA
+    )
 
 
 async def collect(engine: VLLMEngine, request_id: str, prompt: list[int], max_tokens: int = 8):
@@ -64,20 +65,29 @@ async def test_the_inprocess_engine_core_streams_batches_aborts_and_rejects_alon
     """AsyncLLM over the threaded in-process core: the same engine client vLLM's app serves."""
     from vllm.exceptions import VLLMValidationError
 
-    config = parse_config({
-        "model": {"ref": MODEL, "max_model_len": 256, "dtype": "float32"},
-        # cpu_niceness None: an in-process engine would lower every thread of this test process
-        # for good (tests/unit/test_cpu_priority.py covers it in a child interpreter).
-        "vllm": {"engine": {"kv_cache_memory_gb": 0.1, "max_num_seqs": 8,
-                            "engine_core": "inprocess", "cpu_niceness": None}},
-    })
+    config = parse_config(
+        {
+            "model": {"ref": MODEL, "max_model_len": 256, "dtype": "float32"},
+            # cpu_niceness None: an in-process engine would lower every thread of this test process
+            # for good (tests/unit/test_cpu_priority.py covers it in a child interpreter).
+            "vllm": {
+                "engine": {
+                    "kv_cache_memory_gb": 0.1,
+                    "max_num_seqs": 8,
+                    "engine_core": "inprocess",
+                    "cpu_niceness": None,
+                }
+            },
+        }
+    )
     engine = VLLMEngine.start(config, resolve_model(config.model.ref, config.model.cache_dir))
     try:
         assert type(engine.llm.engine_core).__name__ == "ThreadedCoreClient"
         assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
         assert multiprocessing.active_children() == []  # no spawned engine-core process
         assert {"import_vllm", "engine_core", "model_load", "kv_cache_profile_warmup"} <= set(
-            engine.startup_timings)
+            engine.startup_timings
+        )
 
         one = await collect(engine, "one", [11, 12, 13, 14])
         assert sum(len(o.token_ids) for o in one) == 8 and one[-1].finish_reason == "length"
@@ -117,11 +127,15 @@ def test_a_replica_with_the_engine_core_inprocess_answers_as_the_default_one(
     config["vllm"]["engine"]["engine_core"] = "inprocess"
     questions = ["What is the capital of France?", "Name three primary colors."]
     with extra_app("inproc", PREFIX, build_vllm_app(parse_config(config))):
-        inproc = [greedy_answer(platform.client(PREFIX), q, stream) for q in questions
-                  for stream in (False, True)]
+        inproc = [
+            greedy_answer(platform.client(PREFIX), q, stream)
+            for q in questions
+            for stream in (False, True)
+        ]
         health = httpx.get(f"{platform.url}{PREFIX}/health", timeout=10).json()
-    default = [greedy_answer(platform.client(), q, stream) for q in questions
-               for stream in (False, True)]
+    default = [
+        greedy_answer(platform.client(), q, stream) for q in questions for stream in (False, True)
+    ]
     assert inproc == default
     assert all(text for text in inproc)
     assert (health["status"], health["running"], health["waiting"]) == ("ok", 0, 0), health
@@ -129,8 +143,12 @@ def test_a_replica_with_the_engine_core_inprocess_answers_as_the_default_one(
 
 
 def greedy_answer(client: openai.OpenAI, question: str, stream: bool) -> str:
-    request = {"model": MODEL, "max_tokens": 12, "temperature": 0.0,
-               "messages": [{"role": "user", "content": question}]}
+    request = {
+        "model": MODEL,
+        "max_tokens": 12,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": question}],
+    }
     if not stream:
         return client.chat.completions.create(**request).choices[0].message.content
     chunks = client.chat.completions.create(**request, stream=True)

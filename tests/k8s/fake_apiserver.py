@@ -20,7 +20,13 @@ def resource_list(group_version: str, kinds: dict[str, str]) -> dict[str, Any]:
         "apiVersion": "v1",
         "groupVersion": group_version,
         "resources": [
-            {"name": plural, "singularName": "", "namespaced": True, "kind": kind, "verbs": ["get", "list"]}
+            {
+                "name": plural,
+                "singularName": "",
+                "namespaced": True,
+                "kind": kind,
+                "verbs": ["get", "list"],
+            }
             for plural, kind in kinds.items()
         ],
     }
@@ -34,7 +40,9 @@ GROUPS = {
     "monitoring.coreos.com/v1": {"servicemonitors": "ServiceMonitor", "podmonitors": "PodMonitor"},
 }
 CORE = {
-    "configmaps": "ConfigMap", "secrets": "Secret", "services": "Service",
+    "configmaps": "ConfigMap",
+    "secrets": "Secret",
+    "services": "Service",
     "persistentvolumeclaims": "PersistentVolumeClaim",
 }
 
@@ -54,7 +62,11 @@ def routes(with_kuberay: bool, with_monitoring: bool = True) -> dict[str, dict[s
     table = {
         "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0"},
         "/api": {"kind": "APIVersions", "versions": ["v1"]},
-        "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_entry(g) for g in groups]},
+        "/apis": {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [group_entry(g) for g in groups],
+        },
         "/api/v1": resource_list("v1", CORE),
         f"/api/v1/namespaces/{NAMESPACE}/configmaps/kube-root-ca.crt": {
             "kind": "ConfigMap",
@@ -75,9 +87,20 @@ def handler_for(table: dict[str, dict[str, Any]]) -> type[BaseHTTPRequestHandler
             if path in table:
                 self.reply(200, table[path])
             elif path.endswith("/secrets"):  # Helm's release storage: no releases yet
-                self.reply(200, {"kind": "SecretList", "apiVersion": "v1", "metadata": {}, "items": []})
+                self.reply(
+                    200, {"kind": "SecretList", "apiVersion": "v1", "metadata": {}, "items": []}
+                )
             else:
-                self.reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+                self.reply(
+                    404,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "NotFound",
+                        "code": 404,
+                    },
+                )
 
         def reply(self, code: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
@@ -103,9 +126,13 @@ def kubeconfig_text(port: int) -> str:
 
 
 @contextmanager
-def fake_cluster(tmp_path: Path, with_kuberay: bool, with_monitoring: bool = True) -> Iterator[Path]:
+def fake_cluster(
+    tmp_path: Path, with_kuberay: bool, with_monitoring: bool = True
+) -> Iterator[Path]:
     """Serve the fake API on a free loopback port; yields a kubeconfig pointing at it."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring)))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring))
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"

@@ -28,7 +28,9 @@ def k8s_errors(doc: dict[str, Any], version: str) -> list[str]:
         kubernetes_validate.validate(doc, version, strict=True)
     except kubernetes_validate.ValidationError as err:
         where = "/".join(str(p) for p in err.path)
-        return [f"{doc['kind']}/{doc['metadata']['name']} (k8s {version}) at {where}: {err.message}"]
+        return [
+            f"{doc['kind']}/{doc['metadata']['name']} (k8s {version}) at {where}: {err.message}"
+        ]
     return []
 
 

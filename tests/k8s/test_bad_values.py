@@ -16,50 +16,129 @@ from serving.config import PlatformConfig
 NO_VLLM_DEFAULTS = {"vllm": {key: None for key in ("autoscaling", "resources", "engine", "args")}}
 
 CASES: list[tuple[str, dict[str, Any], list[str]]] = [
-    ("negative worker replicas", {"workers": {"gpu": {"minReplicas": -1}}},
-     ["/workers/gpu/minReplicas", "minimum"]),
-    ("negative serve replicas", {"platform": {"vllm": {"num_replicas": -1}}},
-     ["/platform/vllm/num_replicas", "minimum"]),
-    ("no model", {"platform": {"model": {"ref": ""}}},
-     ["platform.model.ref: no model is set", "Hugging Face id"]),
-    ("GPU count 0 on the GPU group", {"workers": {"gpu": {"gpusPerWorker": 0}}},
-     ["workers.gpu.gpusPerWorker: is 0, must be at least 1", "workers.gpu.enabled=false"]),
-    ("unknown platform key", {"platform": {"vllm": {"max_replica": 2}}},
-     ["/platform/vllm", "'max_replica' not allowed"]),
+    (
+        "negative worker replicas",
+        {"workers": {"gpu": {"minReplicas": -1}}},
+        ["/workers/gpu/minReplicas", "minimum"],
+    ),
+    (
+        "negative serve replicas",
+        {"platform": {"vllm": {"num_replicas": -1}}},
+        ["/platform/vllm/num_replicas", "minimum"],
+    ),
+    (
+        "no model",
+        {"platform": {"model": {"ref": ""}}},
+        ["platform.model.ref: no model is set", "Hugging Face id"],
+    ),
+    (
+        "GPU count 0 on the GPU group",
+        {"workers": {"gpu": {"gpusPerWorker": 0}}},
+        ["workers.gpu.gpusPerWorker: is 0, must be at least 1", "workers.gpu.enabled=false"],
+    ),
+    (
+        "unknown platform key",
+        {"platform": {"vllm": {"max_replica": 2}}},
+        ["/platform/vllm", "'max_replica' not allowed"],
+    ),
     ("unknown chart key", {"worker": {}}, ["'worker' not allowed"]),
-    ("models beside the single-model vllm defaults", {"platform": {"models": [{"name": "a"}]}},
-     ["platform.vllm.autoscaling: with platform.models each model sets its own; set "
-      "platform.vllm.autoscaling to null", "platform.vllm.engine:"]),
-    ("a model and an adapter of the same name", {"platform": {**NO_VLLM_DEFAULTS, "models": [
-        {"name": "a"}, {"name": "b", "adapters": [{"name": "a", "path": "demo:a"}]}]}},
-     ['platform.models[1] (b): the name "a" is already taken by models[0]']),
-    ("a model's autoscaling bounds", {"platform": {**NO_VLLM_DEFAULTS, "models": [
-        {"name": "a", "autoscaling": {"min_replicas": 3, "max_replicas": 2}}]}},
-     ["platform.models[0].autoscaling: min_replicas (3) must not exceed max_replicas (2)"]),
-    ("more GPU replicas of models than GPUs", {"platform": {**NO_VLLM_DEFAULTS, "models": [
-        {"name": "a", "resources": {"accelerator": "gpu"}, "num_replicas": 3},
-        {"name": "b", "resources": {"accelerator": "gpu"}, "autoscaling": {"max_replicas": 2}}]}},
-     ["Serve may run 5 GPU replica(s)", "= 4"]),
-    ("wrong accelerator", {"platform": {"vllm": {"resources": {"accelerator": "tpu"}}}},
-     ["/platform/vllm/resources/accelerator"]),
-    ("rayStartParams must be strings", {"head": {"rayStartParams": {"num-cpus": 0}}},
-     ["/head/rayStartParams/num-cpus", "string"]),
-    ("more GPU replicas than GPUs", {"platform": {"vllm": {"autoscaling": {"max_replicas": 9}}}},
-     ["Serve may run 9 GPU replica(s)", "= 4"]),
-    ("GPU apps without a GPU group",
-     {"workers": {"gpu": {"enabled": False}, "cpu": {"enabled": True}}},
-     ["accelerator=gpu need 4 GPU(s), but workers.gpu.enabled=false"]),
-    ("no worker group", {"workers": {"gpu": {"enabled": False}, "cpu": {"enabled": False}},
-                         "platform": {"vllm": {"resources": {"accelerator": "cpu"}}}},
-     ["workers: no worker group is enabled"]),
-    ("replicas outside bounds", {"workers": {"gpu": {"replicas": 5}}},
-     ["workers.gpu: need minReplicas <= replicas <= maxReplicas, got 1 <= 5 <= 4"]),
-    ("autoscaling bounds", {"platform": {"vllm": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}},
-     ["platform.vllm.autoscaling: min_replicas (3) must not exceed max_replicas (2)"]),
-    ("duplicate route prefix", {"platform": {"hf": {"route_prefix": "/"}}},
-     ['platform.hf.route_prefix: "/" is already the prefix of vllm']),
-    ("route prefix without slash", {"platform": {"analysis": {"route_prefix": "analysis"}}},
-     ["platform.analysis.route_prefix: \"analysis\" must start with '/'"]),
+    (
+        "models beside the single-model vllm defaults",
+        {"platform": {"models": [{"name": "a"}]}},
+        [
+            "platform.vllm.autoscaling: with platform.models each model sets its own; set "
+            "platform.vllm.autoscaling to null",
+            "platform.vllm.engine:",
+        ],
+    ),
+    (
+        "a model and an adapter of the same name",
+        {
+            "platform": {
+                **NO_VLLM_DEFAULTS,
+                "models": [
+                    {"name": "a"},
+                    {"name": "b", "adapters": [{"name": "a", "path": "demo:a"}]},
+                ],
+            }
+        },
+        ['platform.models[1] (b): the name "a" is already taken by models[0]'],
+    ),
+    (
+        "a model's autoscaling bounds",
+        {
+            "platform": {
+                **NO_VLLM_DEFAULTS,
+                "models": [{"name": "a", "autoscaling": {"min_replicas": 3, "max_replicas": 2}}],
+            }
+        },
+        ["platform.models[0].autoscaling: min_replicas (3) must not exceed max_replicas (2)"],
+    ),
+    (
+        "more GPU replicas of models than GPUs",
+        {
+            "platform": {
+                **NO_VLLM_DEFAULTS,
+                "models": [
+                    {"name": "a", "resources": {"accelerator": "gpu"}, "num_replicas": 3},
+                    {
+                        "name": "b",
+                        "resources": {"accelerator": "gpu"},
+                        "autoscaling": {"max_replicas": 2},
+                    },
+                ],
+            }
+        },
+        ["Serve may run 5 GPU replica(s)", "= 4"],
+    ),
+    (
+        "wrong accelerator",
+        {"platform": {"vllm": {"resources": {"accelerator": "tpu"}}}},
+        ["/platform/vllm/resources/accelerator"],
+    ),
+    (
+        "rayStartParams must be strings",
+        {"head": {"rayStartParams": {"num-cpus": 0}}},
+        ["/head/rayStartParams/num-cpus", "string"],
+    ),
+    (
+        "more GPU replicas than GPUs",
+        {"platform": {"vllm": {"autoscaling": {"max_replicas": 9}}}},
+        ["Serve may run 9 GPU replica(s)", "= 4"],
+    ),
+    (
+        "GPU apps without a GPU group",
+        {"workers": {"gpu": {"enabled": False}, "cpu": {"enabled": True}}},
+        ["accelerator=gpu need 4 GPU(s), but workers.gpu.enabled=false"],
+    ),
+    (
+        "no worker group",
+        {
+            "workers": {"gpu": {"enabled": False}, "cpu": {"enabled": False}},
+            "platform": {"vllm": {"resources": {"accelerator": "cpu"}}},
+        },
+        ["workers: no worker group is enabled"],
+    ),
+    (
+        "replicas outside bounds",
+        {"workers": {"gpu": {"replicas": 5}}},
+        ["workers.gpu: need minReplicas <= replicas <= maxReplicas, got 1 <= 5 <= 4"],
+    ),
+    (
+        "autoscaling bounds",
+        {"platform": {"vllm": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}},
+        ["platform.vllm.autoscaling: min_replicas (3) must not exceed max_replicas (2)"],
+    ),
+    (
+        "duplicate route prefix",
+        {"platform": {"hf": {"route_prefix": "/"}}},
+        ['platform.hf.route_prefix: "/" is already the prefix of vllm'],
+    ),
+    (
+        "route prefix without slash",
+        {"platform": {"analysis": {"route_prefix": "analysis"}}},
+        ["platform.analysis.route_prefix: \"analysis\" must start with '/'"],
+    ),
 ]
 
 
@@ -78,7 +157,10 @@ def test_rejected_with_a_readable_message(values: dict[str, Any], expected: list
 
 def test_every_problem_is_reported_at_once() -> None:
     message = render_error(
-        {"platform": {"model": {"ref": " "}}, "workers": {"gpu": {"gpusPerWorker": 0, "replicas": 7}}}
+        {
+            "platform": {"model": {"ref": " "}},
+            "workers": {"gpu": {"gpusPerWorker": 0, "replicas": 7}},
+        }
     )
     assert message.count("\n- ") == 3
 

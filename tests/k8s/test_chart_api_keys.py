@@ -25,18 +25,25 @@ def test_value_becomes_a_secret_every_ray_container_reads() -> None:
     docs = k8s_render.render_documents({"apiKeys": {"value": "sk-a,sk-b"}})
     (secret,) = [d for d in docs if d["kind"] == "Secret"]
     assert base64.b64decode(secret["data"]["api-keys"]) == b"sk-a,sk-b"
-    expected = {"name": "LLM_SERVING_API_KEYS", "valueFrom": {
-        "secretKeyRef": {"name": secret["metadata"]["name"], "key": "api-keys"}}}
+    expected = {
+        "name": "LLM_SERVING_API_KEYS",
+        "valueFrom": {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "api-keys"}},
+    }
     assert all(env == [expected] for env in key_env(docs))
     (rayservice,) = [doc for doc in docs if doc["kind"] == "RayService"]
     assert "sk-a" not in str(rayservice)
 
 
 def test_existing_secret_in_the_variable_the_config_names() -> None:
-    values = {"apiKeys": {"existingSecret": "team-keys", "key": "keys"},
-              "platform": {"auth": {"api_keys_env": "TEAM_KEYS"}}}
+    values = {
+        "apiKeys": {"existingSecret": "team-keys", "key": "keys"},
+        "platform": {"auth": {"api_keys_env": "TEAM_KEYS"}},
+    }
     docs = k8s_render.render_documents(values)
     assert not [d for d in docs if d["kind"] == "Secret"]
-    expected = {"name": "TEAM_KEYS", "valueFrom": {"secretKeyRef": {"name": "team-keys", "key": "keys"}}}
+    expected = {
+        "name": "TEAM_KEYS",
+        "valueFrom": {"secretKeyRef": {"name": "team-keys", "key": "keys"}},
+    }
     assert all(env == [expected] for env in key_env(docs))
     assert k8s_render.lint(values) == []

@@ -19,7 +19,16 @@ GPU = "nvidia.com/gpu"
 
 
 def test_matrix_covers_the_issue() -> None:
-    assert {"default", "gpu-cluster", "cpu-dev", "monitoring-off", "device-plugin-on", "prometheus-operator", "pvc-cache", "multi-model"} <= set(MATRIX)
+    assert {
+        "default",
+        "gpu-cluster",
+        "cpu-dev",
+        "monitoring-off",
+        "device-plugin-on",
+        "prometheus-operator",
+        "pvc-cache",
+        "multi-model",
+    } <= set(MATRIX)
 
 
 def test_renders_one_rayservice(case: Rendered) -> None:
@@ -51,7 +60,9 @@ def test_default_is_the_gpu_platform() -> None:
     worker = gpu["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"][GPU] == 1
     assert (gpu["minReplicas"], gpu["maxReplicas"]) == (1, 4)
-    assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in gpu["template"]["spec"]["tolerations"]
+    assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in gpu["template"]["spec"][
+        "tolerations"
+    ]
     # The cluster's GPU operator or provider runs the device plugin; no Prometheus operator is
     # assumed (offline renders cannot see monitoring.coreos.com/v1).
     assert not case.kinds("DaemonSet") and not case.kinds("ServiceMonitor")
@@ -73,8 +84,12 @@ def test_ray_containers_get_ray_env(case: Rendered) -> None:
 
 
 def test_ray_env_follows_the_fastest_interval() -> None:
-    values = {"platform": {"vllm": {"autoscaling": {"metrics_interval_s": 2.5}},
-                           "hf": {"autoscaling": {"metrics_interval_s": 0.5}}}}
+    values = {
+        "platform": {
+            "vllm": {"autoscaling": {"metrics_interval_s": 2.5}},
+            "hf": {"autoscaling": {"metrics_interval_s": 0.5}},
+        }
+    }
     rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
     merged = k8s_render.merged_values(values)
     from serving.config import PlatformConfig
@@ -87,17 +102,24 @@ def test_ray_env_follows_the_fastest_interval() -> None:
 
 def test_pods_run_as_non_root(case: Rendered) -> None:
     cluster = case.one("RayService")["spec"]["rayClusterConfig"]
-    templates = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
+    templates = [cluster["headGroupSpec"]["template"]] + [
+        g["template"] for g in cluster["workerGroupSpecs"]
+    ]
     for template in templates:
         assert template["spec"]["securityContext"]["runAsNonRoot"] is True
-        for container in template["spec"]["containers"] + template["spec"].get("initContainers", []):
+        for container in template["spec"]["containers"] + template["spec"].get(
+            "initContainers", []
+        ):
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
 def test_probes_never_look_at_the_model(case: Rendered) -> None:
     """Liveness checks Ray itself, so a replica loading weights never gets its pod restarted."""
     for container in ray_containers(case.one("RayService")):
-        assert container["livenessProbe"]["httpGet"]["path"] in ("/api/gcs_healthz", "/api/local_raylet_healthz")
+        assert container["livenessProbe"]["httpGet"]["path"] in (
+            "/api/gcs_healthz",
+            "/api/local_raylet_healthz",
+        )
         startup = container["startupProbe"]
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
 
@@ -147,10 +169,14 @@ def test_toggles(name: str, absent: set[str], present: set[str]) -> None:
 
 def test_monitors_select_what_the_pods_expose() -> None:
     default = rendered("prometheus-operator")
-    service = next(d for d in default.kinds("Service") if d["metadata"]["name"].endswith("-metrics"))
+    service = next(
+        d for d in default.kinds("Service") if d["metadata"]["name"].endswith("-metrics")
+    )
     selector = default.one("ServiceMonitor")["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
-    pod_labels = default.one("RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    pod_labels = default.one("RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"][
+        "metadata"
+    ]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     podmonitor = rendered("podmonitor").one("PodMonitor")["spec"]["selector"]["matchLabels"]
     assert podmonitor.items() <= pod_labels.items()
@@ -174,7 +200,14 @@ def test_dashboard_queries_name_platform_metrics() -> None:
     ours = {f"ray_{name}" for name in metrics.DESCRIPTIONS}
     known = ours | {f"{name}_bucket" for name in ours} | {"ray_serve_deployment_replica_healthy"}
     assert named <= known
-    for required in ("QUEUE_DEPTH", "TTFT", "ITL", "GENERATION_TOKENS", "KV_CACHE_USAGE", "REQUESTS"):
+    for required in (
+        "QUEUE_DEPTH",
+        "TTFT",
+        "ITL",
+        "GENERATION_TOKENS",
+        "KV_CACHE_USAGE",
+        "REQUESTS",
+    ):
         assert any(f"ray_{getattr(metrics, required)}" in expr for expr in exprs), required
     configmap = rendered("default").one("ConfigMap")
     assert json.loads(configmap["data"]["llm-serving.json"]) == dashboard
@@ -198,9 +231,12 @@ def test_device_plugin_takes_runtime_class_and_no_system_priority() -> None:
 def test_worker_scaling_change_rolls_a_new_cluster() -> None:
     """KubeRay leaves worker bounds out of its cluster hash: the chart hashes them into the head
     template, so `--set workers.gpu.maxReplicas=8` is not silently ignored on upgrade."""
+
     def head_annotations(values: dict) -> dict:
         rs = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
-        return rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]["annotations"]
+        return rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"][
+            "annotations"
+        ]
 
     key = "llm-serving.io/worker-scaling"
     default = head_annotations({})[key]
@@ -214,17 +250,30 @@ def test_pod_settings_pass_through() -> None:
         "extraEnv": [{"name": "NCCL_DEBUG", "value": "WARN"}],
         "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
         "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-        "workers": {"gpu": {"runtimeClassName": "nvidia", "priorityClassName": "gpu-high",
-                            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
-                                                           "whenUnsatisfiable": "ScheduleAnyway"}]}},
-        "ray": {"gcsFaultTolerance": {"enabled": True, "redisAddress": "redis:6379",
-                                      "redisPasswordSecret": {"name": "redis", "key": "password"}}},
+        "workers": {
+            "gpu": {
+                "runtimeClassName": "nvidia",
+                "priorityClassName": "gpu-high",
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+                ],
+            }
+        },
+        "ray": {
+            "gcsFaultTolerance": {
+                "enabled": True,
+                "redisAddress": "redis:6379",
+                "redisPasswordSecret": {"name": "redis", "key": "password"},
+            }
+        },
     }
     docs = k8s_render.render_documents(values)
     rayservice = next(d for d in docs if d["kind"] == "RayService")
     cluster = rayservice["spec"]["rayClusterConfig"]
     assert cluster["gcsFaultToleranceOptions"]["redisAddress"] == "redis:6379"
-    gpu = next(g for g in cluster["workerGroupSpecs"] if g["groupName"] == "gpu")["template"]["spec"]
+    gpu = next(g for g in cluster["workerGroupSpecs"] if g["groupName"] == "gpu")["template"][
+        "spec"
+    ]
     assert (gpu["runtimeClassName"], gpu["priorityClassName"]) == ("nvidia", "gpu-high")
     assert gpu["topologySpreadConstraints"][0]["topologyKey"] == "zone"
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
@@ -249,7 +298,9 @@ def test_replicas_panel_survives_scrapes_without_the_gauge() -> None:
     dashboard = json.loads((CHART_DIR / "dashboards" / "llm-serving.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     replica = [e for e in exprs if "ray_serve_deployment_replica_healthy" in e]
-    assert replica and all("last_over_time(ray_serve_deployment_replica_healthy[" in e for e in replica)
+    assert replica and all(
+        "last_over_time(ray_serve_deployment_replica_healthy[" in e for e in replica
+    )
 
 
 def fake_release(answer: dict):
@@ -266,16 +317,20 @@ def fake_release(answer: dict):
 
 GOOD_ANSWER = {
     "object": "chat.completion",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."},
-                 "finish_reason": "stop"}],
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}
+    ],
     "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
 }
 
 
 @pytest.mark.parametrize(
     ("answer", "passes"),
-    [(GOOD_ANSWER, True), ({**GOOD_ANSWER, "choices": []}, False),
-     ({**GOOD_ANSWER, "usage": {"completion_tokens": 0}}, False)],
+    [
+        (GOOD_ANSWER, True),
+        ({**GOOD_ANSWER, "choices": []}, False),
+        ({**GOOD_ANSWER, "usage": {"completion_tokens": 0}}, False),
+    ],
     ids=["openai-shape", "no-choice", "no-tokens"],
 )
 def test_helm_test_script_passes_only_an_openai_answer(answer: dict, passes: bool) -> None:
@@ -288,8 +343,13 @@ def test_helm_test_script_passes_only_an_openai_answer(answer: dict, passes: boo
     container = rendered("default").one("Pod")["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     with serve_on_loopback(fake_release(answer)) as url:
-        done = subprocess.run([sys.executable, "-c", container["args"][0]], capture_output=True,
-                              text=True, timeout=60, env={**env, "URL": url})
+        done = subprocess.run(
+            [sys.executable, "-c", container["args"][0]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "URL": url},
+        )
     assert (done.returncode == 0) is passes, done.stderr[-500:]
     if passes:
         assert done.stdout.strip() == "ok: Paris."

@@ -21,7 +21,10 @@ SKIPS_FILE = repo_path("k8s", "checkov-skips.yaml")
 
 def checkov_binary() -> str | None:
     """The Makefile installs checkov into its own venv (it pins packaging<24, unlike ray)."""
-    candidates = [os.environ.get("CHECKOV"), str(repo_path(".venv", "tools", "checkov", "bin", "checkov"))]
+    candidates = [
+        os.environ.get("CHECKOV"),
+        str(repo_path(".venv", "tools", "checkov", "bin", "checkov")),
+    ]
     found = [c for c in candidates if c and Path(c).is_file()]
     return found[0] if found else shutil.which("checkov")
 
@@ -50,8 +53,21 @@ def findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
         pods = [pod for doc in docs if doc["kind"] == "RayService" for pod in pod_documents(doc)]
         (folder / f"{name}.yaml").write_text(yaml.safe_dump_all(docs + pods))
     done = subprocess.run(
-        [binary, "-d", str(folder), "--framework", "kubernetes", "--skip-download", "-o", "json", "--compact", "--quiet"],
-        capture_output=True, text=True, timeout=300,
+        [
+            binary,
+            "-d",
+            str(folder),
+            "--framework",
+            "kubernetes",
+            "--skip-download",
+            "-o",
+            "json",
+            "--compact",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     report = json.loads(done.stdout)
     report = report[0] if isinstance(report, list) else report
@@ -70,5 +86,7 @@ def test_no_unaccepted_findings(findings: list[dict[str, Any]]) -> None:
 
 
 def test_every_skip_is_still_needed(findings: list[dict[str, Any]]) -> None:
-    stale = [skip["check"] for skip in load_skips() if not any(is_skipped(f, skip) for f in findings)]
+    stale = [
+        skip["check"] for skip in load_skips() if not any(is_skipped(f, skip) for f in findings)
+    ]
     assert stale == []

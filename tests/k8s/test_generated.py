@@ -34,7 +34,9 @@ def test_schema_platform_part_is_platform_config() -> None:
     expected = PlatformConfig.model_json_schema()
     assert schema["$defs"] == expected["$defs"]
     assert schema["properties"]["platform"]["properties"] == expected["properties"]
-    assert schema["properties"]["workers"]["properties"]["gpu"]["properties"]["gpusPerWorker"]["description"]
+    assert schema["properties"]["workers"]["properties"]["gpu"]["properties"]["gpusPerWorker"][
+        "description"
+    ]
 
 
 def test_cli_writes_values_schema(tmp_path: Path) -> None:
@@ -47,7 +49,9 @@ def test_cli_writes_values_schema(tmp_path: Path) -> None:
 def test_rendered_manifests_are_up_to_date() -> None:
     for path, text in k8s_render.rendered_manifests().items():
         assert path.is_file() and path.read_text() == text, f"{path.name}: {REGENERATE_MANIFESTS}"
-    assert {p.name for p in k8s_render.RENDERED_DIR.glob("*.yaml")} == set(k8s_render.RENDERED_TARGETS)
+    assert {p.name for p in k8s_render.RENDERED_DIR.glob("*.yaml")} == set(
+        k8s_render.RENDERED_TARGETS
+    )
 
 
 def test_rendered_default_is_installable_by_kubectl() -> None:
@@ -72,7 +76,9 @@ def test_dockerfile_installs_the_extra_as_non_root(name: str, extra: str) -> Non
     assert f'"/tmp/src[{extra}]"' in text
     assert 'VOLUME ["/models"]' in text
     assert "USER ${UID}:${UID}" in text and "ARG UID=10001" in text
-    pod_uid = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["podSecurityContext"]["runAsUser"]
+    pod_uid = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["podSecurityContext"][
+        "runAsUser"
+    ]
     assert pod_uid == 10001
     assert "ENTRYPOINT" not in text  # KubeRay sets the command
     if name == "cpu":

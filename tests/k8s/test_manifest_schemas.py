@@ -8,13 +8,26 @@ import copy
 import pytest
 
 from tests.k8s.conftest import Rendered, rendered
-from tests.k8s.schemas import CRD_DIR, K8S_VERSIONS, crd_errors, crds_available, document_errors, k8s_errors
+from tests.k8s.schemas import (
+    CRD_DIR,
+    K8S_VERSIONS,
+    crd_errors,
+    crds_available,
+    document_errors,
+    k8s_errors,
+)
 
-needs_crds = pytest.mark.skipif(not crds_available(), reason=f"KubeRay CRD schemas not found in {CRD_DIR}")
+needs_crds = pytest.mark.skipif(
+    not crds_available(), reason=f"KubeRay CRD schemas not found in {CRD_DIR}"
+)
 
 
 def test_builtin_kinds_validate(case: Rendered) -> None:
-    builtin = [doc for doc in case.docs if doc["kind"] not in ("RayService", "ServiceMonitor", "PodMonitor")]
+    builtin = [
+        doc
+        for doc in case.docs
+        if doc["kind"] not in ("RayService", "ServiceMonitor", "PodMonitor")
+    ]
     assert builtin
     problems = [p for doc in builtin for version in K8S_VERSIONS for p in k8s_errors(doc, version)]
     assert problems == []

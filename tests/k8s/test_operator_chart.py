@@ -62,10 +62,16 @@ def test_chart_rbac_is_the_plain_manifests(operator_docs: dict[str, Doc]) -> Non
     assert binding["roleRef"]["name"] == operator_docs["ClusterRole"]["metadata"]["name"]
     resources = {r for rule in plain("ClusterRole")["rules"] for r in rule["resources"]}
     assert resources == {
-        "llmservices", "llmservices/status", "llmservices/finalizers", "rayservices", "events"
+        "llmservices",
+        "llmservices/status",
+        "llmservices/finalizers",
+        "rayservices",
+        "events",
     }
     # blockOwnerDeletion on the RayService's owner reference needs update on the finalizers.
-    finalizers = next(r for r in plain("ClusterRole")["rules"] if "llmservices/finalizers" in r["resources"])
+    finalizers = next(
+        r for r in plain("ClusterRole")["rules"] if "llmservices/finalizers" in r["resources"]
+    )
     assert finalizers["verbs"] == ["update"]
 
 
@@ -107,8 +113,12 @@ def test_pod_settings_pass_the_crd_and_bad_ones_do_not() -> None:
     schema = crd.crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     validator = jsonschema.Draft4Validator(schema)
     spec = CASES["pod-settings"][1]
-    resource = {"apiVersion": "serving.llm-serving.io/v1alpha1", "kind": "LLMService",
-                "metadata": {"name": "qwen"}, "spec": spec}
+    resource = {
+        "apiVersion": "serving.llm-serving.io/v1alpha1",
+        "kind": "LLMService",
+        "metadata": {"name": "qwen"},
+        "spec": spec,
+    }
     validator.validate(resource)
     bad = {**spec, "pods": {"tolerations": [{"operator": "Sometimes"}]}}
     assert not validator.is_valid({**resource, "spec": bad})

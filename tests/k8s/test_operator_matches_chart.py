@@ -92,8 +92,9 @@ CASES["pod-settings"] = (
             "hfTokenSecret": {"name": "hf", "key": "token"},
             "modelCacheClaim": "models",
             "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm",
-                             "effect": "NoSchedule"}],
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}
+            ],
             "runtimeClassName": "nvidia",
             "priorityClassName": "inference",
         },

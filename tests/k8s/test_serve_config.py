@@ -80,7 +80,7 @@ def test_disabling_analysis_leaves_vllm_byte_identical() -> None:
 
 def args_text(block: str) -> str:
     """The `args:` part of an app's block in serveConfigV2, as KubeRay sends it to Serve."""
-    return block[block.index("args:"):block.index("deployments:")]
+    return block[block.index("args:") : block.index("deployments:")]
 
 
 def test_autoscaling_change_moves_only_deployment_options() -> None:
@@ -116,14 +116,17 @@ def test_default_autoscales_vllm_on_queue_depth() -> None:
     config = PlatformConfig.model_validate(apps["vllm"]["args"])
     (options,) = apps["vllm"]["deployments"]
     assert options["name"] == "VLLMServer" and "num_replicas" not in options
-    assert options["autoscaling_config"] == AutoscalingSettings(
-        min_replicas=1, max_replicas=4, downscale_delay_s=60
-    ).serve_options()
+    assert (
+        options["autoscaling_config"]
+        == AutoscalingSettings(min_replicas=1, max_replicas=4, downscale_delay_s=60).serve_options()
+    )
     assert config.vllm.resources.accelerator == "gpu"
 
 
 def test_disabled_apps_are_left_out() -> None:
-    config = PlatformConfig.model_validate({"hf": {"enabled": False}, "analysis": {"enabled": False}})
+    config = PlatformConfig.model_validate(
+        {"hf": {"enabled": False}, "analysis": {"enabled": False}}
+    )
     assert [app["name"] for app in serve_config_v2(config)["applications"]] == ["vllm"]
     assert serve_config_v2(config)["http_options"] == {"host": "0.0.0.0", "port": 8000}
 
@@ -188,8 +191,15 @@ def vllm_code_version(values: dict[str, Any]) -> str:
         # Serve hashes whether a deployment autoscales: turning autoscaling off rolls the app.
         ({"vllm": {"autoscaling": None, "num_replicas": 2}}, True),
     ],
-    ids=["analysis-off", "hf-settings", "autoscaling-bounds", "replica-options", "engine",
-         "model", "autoscaling-off"],
+    ids=[
+        "analysis-off",
+        "hf-settings",
+        "autoscaling-bounds",
+        "replica-options",
+        "engine",
+        "model",
+        "autoscaling-off",
+    ],
 )
 def test_serve_restarts_vllm_only_for_its_own_settings(platform: dict, restarts: bool) -> None:
     assert (vllm_code_version({"platform": platform}) != vllm_code_version({})) is restarts

@@ -72,7 +72,10 @@ class FakeEngine:
                 last = i == sampling.max_tokens - 1
                 extra = {"timings": {"ttft_ms": 1.0}} if last and sampling.timings else None
                 yield Delta(
-                    word, 1, "length" if last else None, extra,
+                    word,
+                    1,
+                    "length" if last else None,
+                    extra,
                     logprobs=self._logprobs(word, i, sampling),
                     prompt_logprobs=self._prompt_logprobs(prompt_token_ids, i, sampling),
                 )
@@ -82,7 +85,9 @@ class FakeEngine:
         finally:
             self.running -= 1
 
-    def _logprobs(self, word: str, i: int, sampling: SamplingSpec) -> tuple[TokenLogprob, ...] | None:
+    def _logprobs(
+        self, word: str, i: int, sampling: SamplingSpec
+    ) -> tuple[TokenLogprob, ...] | None:
         if sampling.logprobs is None:
             return None
         token_id = self.tokenizer.vocab[word.strip()]

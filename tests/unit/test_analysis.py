@@ -4,7 +4,6 @@ device, no weights), KV-cache arithmetic, and the tiny Qwen2's attention and lat
 from __future__ import annotations
 
 import statistics
-
 from collections.abc import Iterator
 from importlib import resources
 
@@ -14,7 +13,11 @@ from fastapi.testclient import TestClient
 
 from serving.analysis import AnalysisInputError
 from serving.analysis.architecture import (
-    attention_layers, config_report, load_model_config, meta_model, module_tree,
+    attention_layers,
+    config_report,
+    load_model_config,
+    meta_model,
+    module_tree,
 )
 from serving.analysis.attention import attention_report, load_analysis_model
 from serving.analysis.kv_cache import GIB, kv_bytes_per_token, kv_cache_report
@@ -52,10 +55,19 @@ def test_qwen25_parameter_count_matches_model_card(qwen: torch.nn.Module) -> Non
 def test_qwen25_architecture_summary(qwen: torch.nn.Module) -> None:
     report = config_report(qwen)
     assert report["architecture"] == {
-        "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896,
-        "num_layers": 24, "num_query_heads": 14, "num_kv_heads": 2, "head_dim": 64,
-        "gqa_group_size": 7, "intermediate_size": 4864, "vocab_size": 151936,
-        "max_position_embeddings": 32768, "rope_theta": 1_000_000.0, "tie_word_embeddings": True,
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 896,
+        "num_layers": 24,
+        "num_query_heads": 14,
+        "num_kv_heads": 2,
+        "head_dim": 64,
+        "gqa_group_size": 7,
+        "intermediate_size": 4864,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": True,
         "dtype": "bfloat16",
     }
     assert report["kv_cache_bytes_per_token"] == 12_288
@@ -102,8 +114,12 @@ def test_kv_cache_report_totals_saving_and_budget() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "param"),
-    [({"tokens": 0}, "tokens"), ({"tokens": 8, "batch": -1}, "batch"),
-     ({"tokens": 8, "memory_gb": 0}, "memory_gb"), ({"tokens": 8, "dtype": "int3"}, "dtype")],
+    [
+        ({"tokens": 0}, "tokens"),
+        ({"tokens": 8, "batch": -1}, "batch"),
+        ({"tokens": 8, "memory_gb": 0}, "memory_gb"),
+        ({"tokens": 8, "dtype": "int3"}, "dtype"),
+    ],
 )
 def test_kv_cache_report_rejects_bad_input(kwargs: dict, param: str) -> None:
     args = {"dtype": "bfloat16", **kwargs}
@@ -116,7 +132,9 @@ def test_kv_cache_report_rejects_bad_input(kwargs: dict, param: str) -> None:
 
 def test_tiny_attention_weights_shape_and_rows_sum_to_one(tiny: tuple) -> None:
     model, tokenizer = tiny
-    report = attention_report(model, tokenizer, "The capital of France is", layers=[1], heads=[0, 13])
+    report = attention_report(
+        model, tokenizer, "The capital of France is", layers=[1], heads=[0, 13]
+    )
     seq = len(report["tokens"])
     assert report["tokens"][1] == " capital" and seq == len(report["token_ids"])
     assert (report["num_layers"], report["num_heads"], report["layers"]) == (2, 14, [1])
@@ -128,11 +146,13 @@ def test_tiny_attention_weights_shape_and_rows_sum_to_one(tiny: tuple) -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
-    [({"layers": [2]}, "unknown layer index 2; allowed: 0..1"),
-     ({"heads": [14]}, "unknown head index 14; allowed: 0..13"),
-     ({"max_prompt_tokens": 2}, "max_prompt_tokens=2"),
-     ({"max_values": 10}, "max_attention_values=10"),
-     ({"fmt": "svg"}, "allowed: json, html")],
+    [
+        ({"layers": [2]}, "unknown layer index 2; allowed: 0..1"),
+        ({"heads": [14]}, "unknown head index 14; allowed: 0..13"),
+        ({"max_prompt_tokens": 2}, "max_prompt_tokens=2"),
+        ({"max_values": 10}, "max_attention_values=10"),
+        ({"fmt": "svg"}, "allowed: json, html"),
+    ],
 )
 def test_tiny_attention_rejects_bad_selection(tiny: tuple, kwargs: dict, needle: str) -> None:
     with pytest.raises(AnalysisInputError, match=needle.replace("^", r"\^")):
@@ -142,7 +162,9 @@ def test_tiny_attention_rejects_bad_selection(tiny: tuple, kwargs: dict, needle:
 def test_tiny_head_view_is_bertviz_page_with_tokens(tiny: tuple) -> None:
     page = attention_report(*tiny, "Paris is lovely", fmt="html")
     assert page.startswith("<!DOCTYPE html>")
-    assert "bertviz-" in page and "require.js" in page and "head_view" not in page.split("<body>")[0]
+    assert (
+        "bertviz-" in page and "require.js" in page and "head_view" not in page.split("<body>")[0]
+    )
     assert '" lovely"' in page  # the tokens travel in the view's parameters
 
 
@@ -183,7 +205,11 @@ def test_kv_cache_trace_matches_no_cache_tokens(tiny: tuple) -> None:
 
 @pytest.mark.parametrize(
     ("args", "param"),
-    [((4, "beam"), "mode"), ((0, "kv-cache"), "max_new_tokens"), ((9, "kv-cache"), "max_new_tokens")],
+    [
+        ((4, "beam"), "mode"),
+        ((0, "kv-cache"), "max_new_tokens"),
+        ((9, "kv-cache"), "max_new_tokens"),
+    ],
 )
 def test_trace_rejects_bad_input(tiny: tuple, args: tuple, param: str) -> None:
     with pytest.raises(AnalysisInputError) as err:
@@ -206,15 +232,18 @@ def test_api_kv_cache_defaults_to_served_dtype_and_context(api: TestClient) -> N
 
 @pytest.mark.parametrize(
     ("method", "path", "payload", "needle"),
-    [("get", "/kv-cache?tokens=0", None, "greater than 0"),
-     ("get", "/kv-cache?dtype=int4", None, "allowed:"),
-     ("post", "/attention", {"prompt": "a " * 40}, "max_prompt_tokens=16"),
-     ("post", "/attention", {"prompt": "hi", "layers": [7]}, "allowed: 0..1"),
-     ("post", "/generation-trace", {"prompt": "hi", "mode": "beam"}, "'no-cache' or 'kv-cache'"),
-     ("post", "/generation-trace", {"prompt": "hi", "max_new_tokens": 5}, "max_new_tokens=4")],
+    [
+        ("get", "/kv-cache?tokens=0", None, "greater than 0"),
+        ("get", "/kv-cache?dtype=int4", None, "allowed:"),
+        ("post", "/attention", {"prompt": "a " * 40}, "max_prompt_tokens=16"),
+        ("post", "/attention", {"prompt": "hi", "layers": [7]}, "allowed: 0..1"),
+        ("post", "/generation-trace", {"prompt": "hi", "mode": "beam"}, "'no-cache' or 'kv-cache'"),
+        ("post", "/generation-trace", {"prompt": "hi", "max_new_tokens": 5}, "max_new_tokens=4"),
+    ],
 )
-def test_api_bad_input_is_openai_shaped_400(api: TestClient, method: str, path: str,
-                                            payload: dict | None, needle: str) -> None:
+def test_api_bad_input_is_openai_shaped_400(
+    api: TestClient, method: str, path: str, payload: dict | None, needle: str
+) -> None:
     response = api.request(method.upper(), path, json=payload)
     assert response.status_code == 400
     error = response.json()["error"]

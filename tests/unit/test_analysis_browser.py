@@ -65,11 +65,25 @@ def dump_dom(url: str) -> str:
         pytest.fail("chromium is not installed; `make system-deps` installs Debian's package")
     with tempfile.TemporaryDirectory() as profile:
         result = subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={profile}", OFFLINE,
-             "--virtual-time-budget=10000", "--dump-dom", url],
-            capture_output=True, text=True, timeout=120,
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                OFFLINE,
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout

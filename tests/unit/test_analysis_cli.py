@@ -34,8 +34,9 @@ def test_config_only_json() -> None:
 
 
 def test_kv_cache_json_totals() -> None:
-    result = analyze("kv-cache", "--config-only", QWEN_CONFIG, "--tokens", "32768", "--batch", "8",
-                     "--json")
+    result = analyze(
+        "kv-cache", "--config-only", QWEN_CONFIG, "--tokens", "32768", "--batch", "8", "--json"
+    )
     report = json.loads(result.stdout)
     assert report["bytes_per_token"] == 12_288
     assert report["total_bytes"] == 12_288 * 32_768 * 8
@@ -64,26 +65,50 @@ def test_modules_on_tiny_model() -> None:
 
 
 def test_attention_json_and_table_on_tiny_model() -> None:
-    result = analyze("attention", "--model", "tiny-qwen2", "--prompt", "The capital of France",
-                     "--layers", "1", "--heads", "0,2", "--json")
+    result = analyze(
+        "attention",
+        "--model",
+        "tiny-qwen2",
+        "--prompt",
+        "The capital of France",
+        "--layers",
+        "1",
+        "--heads",
+        "0,2",
+        "--json",
+    )
     report = json.loads(result.stdout)
-    assert report["layers"] == [1] and [h["head"] for h in report["attention"][0]["heads"]] == [0, 2]
-    table = analyze("attention", "--model", "tiny-qwen2", "--prompt", "Paris", "--layers", "0",
-                    "--heads", "3")
+    assert report["layers"] == [1] and [h["head"] for h in report["attention"][0]["heads"]] == [
+        0,
+        2,
+    ]
+    table = analyze(
+        "attention", "--model", "tiny-qwen2", "--prompt", "Paris", "--layers", "0", "--heads", "3"
+    )
     assert "layer 0 head 3" in table.output and "1.000" in table.output
 
 
 def test_attention_html_writes_bertviz_page(tmp_path: Path) -> None:
     out = tmp_path / "view.html"
-    result = analyze("attention", "--model", "tiny-qwen2", "--prompt", "Hello world", "--html", str(out))
+    result = analyze(
+        "attention", "--model", "tiny-qwen2", "--prompt", "Hello world", "--html", str(out)
+    )
     assert result.exit_code == 0, result.output
     assert "bertviz-" in out.read_text()
 
 
 @pytest.mark.parametrize("command", ["generation-trace", "trace"])
 def test_generation_trace_both_modes(command: str) -> None:
-    result = analyze(command, "--model", "tiny-qwen2", "--prompt", "hello there", "--max-new-tokens",
-                     "3", "--json")
+    result = analyze(
+        command,
+        "--model",
+        "tiny-qwen2",
+        "--prompt",
+        "hello there",
+        "--max-new-tokens",
+        "3",
+        "--json",
+    )
     traces = json.loads(result.stdout)
     assert [t["mode"] for t in traces] == ["no-cache", "kv-cache"]
     assert all(len(t["latencies_ms"]) == 3 for t in traces)
@@ -91,12 +116,20 @@ def test_generation_trace_both_modes(command: str) -> None:
 
 @pytest.mark.parametrize(
     ("args", "needle"),
-    [(["config", "--config-only", "/no/such/config.json"], "does not exist"),
-     (["kv-cache", "--config-only", QWEN_CONFIG, "--dtype", "int4"], "allowed: float32"),
-     (["kv-cache", "--config-only", QWEN_CONFIG, "--tokens", "0"], "tokens must be positive"),
-     (["attention", "--model", "tiny-qwen2", "--prompt", "hi", "--layers", "9"], "allowed: 0..1"),
-     (["attention", "--model", "tiny-qwen2", "--prompt", "hi", "--heads", "a,b"], "comma-separated"),
-     (["config", "--model", "./no-such-model-dir"], "no such directory")],
+    [
+        (["config", "--config-only", "/no/such/config.json"], "does not exist"),
+        (["kv-cache", "--config-only", QWEN_CONFIG, "--dtype", "int4"], "allowed: float32"),
+        (["kv-cache", "--config-only", QWEN_CONFIG, "--tokens", "0"], "tokens must be positive"),
+        (
+            ["attention", "--model", "tiny-qwen2", "--prompt", "hi", "--layers", "9"],
+            "allowed: 0..1",
+        ),
+        (
+            ["attention", "--model", "tiny-qwen2", "--prompt", "hi", "--heads", "a,b"],
+            "comma-separated",
+        ),
+        (["config", "--model", "./no-such-model-dir"], "no such directory"),
+    ],
 )
 def test_errors_are_one_line_without_traceback(args: list[str], needle: str) -> None:
     result = analyze(*args)

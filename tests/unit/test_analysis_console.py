@@ -27,7 +27,9 @@ def tiny() -> tuple:
 
 
 def client(tiny: tuple, keys: KeyRing | None = None) -> TestClient:
-    return TestClient(build_analysis_api(*tiny, AnalysisDeploymentConfig(), "tiny-qwen2", keys=keys))
+    return TestClient(
+        build_analysis_api(*tiny, AnalysisDeploymentConfig(), "tiny-qwen2", keys=keys)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,10 @@ def test_arch_analyses_qwen_without_weights(api: TestClient) -> None:
     assert body["kv_cache_bytes_per_token"] == 12_288
     kv = api.get("/kv-cache", params={"arch": QWEN, "tokens": 4096}).json()
     assert kv["bytes_per_token"] == 12_288 and kv["total_bytes"] == 12_288 * 4096
-    names = [row["name"] for row in api.get("/modules", params={"arch": QWEN, "depth": 2}).json()["modules"]]
+    names = [
+        row["name"]
+        for row in api.get("/modules", params={"arch": QWEN, "depth": 2}).json()["modules"]
+    ]
     assert "model.layers" in names
     assert len(api.get("/attention-layers", params={"arch": QWEN}).json()["layers"]) == 24
 

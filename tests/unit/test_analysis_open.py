@@ -19,8 +19,15 @@ def analyze_open(*args: str) -> Result:
 
 
 def running(url: str | None) -> local.Endpoints:
-    return local.Endpoints(api_url="", health_url="", dashboard_url="", metrics_url="", model="m",
-                           apps=[], analysis_url=url)
+    return local.Endpoints(
+        api_url="",
+        health_url="",
+        dashboard_url="",
+        metrics_url="",
+        model="m",
+        apps=[],
+        analysis_url=url,
+    )
 
 
 @pytest.fixture
@@ -50,13 +57,17 @@ def test_without_a_running_platform_the_default_configs_url(
 
 def test_config_names_host_port_and_prefix(tmp_path: Path, opened: list[str]) -> None:
     config = tmp_path / "platform.yaml"
-    config.write_text(yaml.safe_dump({"http": {"port": 8123}, "analysis": {"route_prefix": "/look/"}}))
+    config.write_text(
+        yaml.safe_dump({"http": {"port": 8123}, "analysis": {"route_prefix": "/look/"}})
+    )
     result = analyze_open("--config", str(config), "--no-browser")
     assert result.output == "http://127.0.0.1:8123/look\n"
 
 
 @pytest.mark.parametrize("outcome", ["refused", "error"])
-def test_no_browser_is_a_note_not_a_traceback(monkeypatch: pytest.MonkeyPatch, outcome: str) -> None:
+def test_no_browser_is_a_note_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, outcome: str
+) -> None:
     def no_browser(url: str) -> bool:
         if outcome == "error":
             raise webbrowser.Error("could not locate runnable browser")

@@ -20,7 +20,7 @@ COMPLETION = {"model": "fake-model", "prompt": "alpha beta", "max_tokens": 2}
 
 
 def sse_payloads(text: str) -> list[str]:
-    return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
 
 
 def assert_openai_error(response, status: int, code: str | None = None) -> dict:
@@ -75,16 +75,23 @@ def test_config_never_shows_keys_and_rejects_empty_ones() -> None:
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, bearer("sk-wrong"), {"Authorization": KEY}, {"Authorization": "Basic c2stdGVzdA=="},
-     {"Authorization": "Bearer "}],
+    [
+        {},
+        bearer("sk-wrong"),
+        {"Authorization": KEY},
+        {"Authorization": "Basic c2stdGVzdA=="},
+        {"Authorization": "Bearer "},
+    ],
     ids=["none", "wrong", "no-scheme", "basic", "empty"],
 )
 def test_request_without_a_valid_key_is_401_openai_shaped(
     guarded: TestClient, engine: FakeEngine, headers: dict
 ) -> None:
     for method, path, body in [
-        ("POST", "/v1/completions", COMPLETION), ("GET", "/v1/models", None),
-        ("GET", "/openapi.json", None), ("GET", "/v1/nothing", None),
+        ("POST", "/v1/completions", COMPLETION),
+        ("GET", "/v1/models", None),
+        ("GET", "/openapi.json", None),
+        ("GET", "/v1/nothing", None),
     ]:
         response = guarded.request(method, path, json=body, headers=headers)
         error = assert_openai_error(response, 401, "invalid_api_key")
@@ -96,9 +103,13 @@ def test_request_without_a_valid_key_is_401_openai_shaped(
 
 def test_valid_key_gets_through_every_route(guarded: TestClient) -> None:
     for key in (KEY, "sk-other"):
-        assert guarded.post("/v1/completions", json=COMPLETION, headers=bearer(key)).status_code == 200
+        assert (
+            guarded.post("/v1/completions", json=COMPLETION, headers=bearer(key)).status_code == 200
+        )
     assert guarded.get("/v1/models", headers={"authorization": f"bearer {KEY}"}).status_code == 200
-    stream = guarded.post("/v1/completions", json={**COMPLETION, "stream": True}, headers=bearer(KEY))
+    stream = guarded.post(
+        "/v1/completions", json={**COMPLETION, "stream": True}, headers=bearer(KEY)
+    )
     assert sse_payloads(stream.text)[-1] == "[DONE]"
 
 
@@ -138,7 +149,9 @@ def test_body_over_the_limit_is_413(engine: FakeEngine) -> None:
     assert "limits.max_body_bytes=200" in error["message"]
     # A chunked body (no Content-Length) is counted as it arrives.
     chunks = iter([json.dumps(big).encode()[:150], json.dumps(big).encode()[150:]])
-    chunked = client.post("/v1/completions", content=chunks, headers={"content-type": "application/json"})
+    chunked = client.post(
+        "/v1/completions", content=chunks, headers={"content-type": "application/json"}
+    )
     assert_openai_error(chunked, 413, "request_too_large")
     assert engine.started == []
     small = iter([json.dumps(COMPLETION).encode()])
@@ -152,20 +165,30 @@ def test_prompt_over_max_prompt_tokens_is_400(engine: FakeEngine) -> None:
     error = assert_openai_error(client.post("/v1/completions", json=long), 400, "prompt_too_long")
     assert "limits.max_prompt_tokens=3" in error["message"] and error["param"] == "prompt"
     chat = {"model": "fake-model", "messages": [{"role": "user", "content": "alpha beta"}]}
-    error = assert_openai_error(client.post("/v1/chat/completions", json=chat), 400, "prompt_too_long")
+    error = assert_openai_error(
+        client.post("/v1/chat/completions", json=chat), 400, "prompt_too_long"
+    )
     assert error["param"] == "messages"  # the template adds role tokens: 5 > 3
-    assert client.post("/v1/completions", json={**COMPLETION, "prompt": "alpha beta gamma"}).status_code == 200
+    assert (
+        client.post(
+            "/v1/completions", json={**COMPLETION, "prompt": "alpha beta gamma"}
+        ).status_code
+        == 200
+    )
 
 
 def test_max_tokens_over_the_cap_is_400_and_the_default_is_capped(engine: FakeEngine) -> None:
     client = limited(engine, max_tokens=4)
     error = assert_openai_error(
-        client.post("/v1/completions", json={**COMPLETION, "max_tokens": 5}), 400, "max_tokens_too_large"
+        client.post("/v1/completions", json={**COMPLETION, "max_tokens": 5}),
+        400,
+        "max_tokens_too_large",
     )
     assert "limits.max_tokens=4" in error["message"] and error["param"] == "max_tokens"
     chat = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
     assert_openai_error(
-        client.post("/v1/chat/completions", json={**chat, "max_completion_tokens": 9}), 400,
+        client.post("/v1/chat/completions", json={**chat, "max_completion_tokens": 9}),
+        400,
         "max_tokens_too_large",
     )
     # No max_tokens: completions' default 16 and chat's "rest of the context" both become 4.
@@ -186,8 +209,12 @@ def test_request_over_the_timeout_is_408_and_aborted() -> None:
 def test_stream_over_the_timeout_ends_with_an_error_event() -> None:
     engine = FakeEngine(delay_s=0.05)
     client = limited(engine, request_timeout_s=0.2)
-    chat = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 60, "stream": True}
+    chat = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 60,
+        "stream": True,
+    }
     events = sse_payloads(client.post("/v1/chat/completions", json=chat).text)
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
@@ -196,8 +223,9 @@ def test_stream_over_the_timeout_ends_with_an_error_event() -> None:
 
 
 def test_requests_within_limits_are_untouched(engine: FakeEngine) -> None:
-    client = limited(engine, max_body_bytes=10_000, max_prompt_tokens=8, max_tokens=8,
-                     request_timeout_s=30)
+    client = limited(
+        engine, max_body_bytes=10_000, max_prompt_tokens=8, max_tokens=8, request_timeout_s=30
+    )
     body = client.post("/v1/completions", json={**COMPLETION, "max_tokens": 8}).json()
     assert body["usage"]["completion_tokens"] == 8
 
@@ -210,8 +238,12 @@ def test_analysis_app_takes_its_keys_and_the_body_limit() -> None:
 
     model, tokenizer = load_analysis_model(resolve_model("tiny-qwen2"), "float32")
     app = build_analysis_api(
-        model, tokenizer, AnalysisDeploymentConfig(), "tiny-qwen2",
-        keys=KeyRing.of(["sk-analysis"]), max_body_bytes=300,
+        model,
+        tokenizer,
+        AnalysisDeploymentConfig(),
+        "tiny-qwen2",
+        keys=KeyRing.of(["sk-analysis"]),
+        max_body_bytes=300,
     )
     client = TestClient(app)
     assert client.get("/health").status_code == 200
@@ -228,13 +260,28 @@ def test_analysis_app_takes_its_keys_and_the_body_limit() -> None:
 
 @pytest.mark.parametrize(
     ("path", "body", "needle"),
-    [("/v1/completions", {**COMPLETION, "seed": 2**64}, "seed"),
-     ("/v1/completions", {**COMPLETION, "seed": -(2**63) - 1}, "seed"),
-     ("/v1/completions", {**COMPLETION, "prompt": "hi \ud800"}, "prompt: text must be valid Unicode"),
-     ("/v1/completions", {**COMPLETION, "stop": ["x", "\udc00"]}, "stop.1"),
-     ("/v1/chat/completions", {"model": "fake-model", "messages": [{"role": "user", "content": "\ud800"}]},
-      "messages.0.content")],
-    ids=["seed-over-int64", "seed-under-int64", "surrogate-prompt", "surrogate-stop", "surrogate-chat"],
+    [
+        ("/v1/completions", {**COMPLETION, "seed": 2**64}, "seed"),
+        ("/v1/completions", {**COMPLETION, "seed": -(2**63) - 1}, "seed"),
+        (
+            "/v1/completions",
+            {**COMPLETION, "prompt": "hi \ud800"},
+            "prompt: text must be valid Unicode",
+        ),
+        ("/v1/completions", {**COMPLETION, "stop": ["x", "\udc00"]}, "stop.1"),
+        (
+            "/v1/chat/completions",
+            {"model": "fake-model", "messages": [{"role": "user", "content": "\ud800"}]},
+            "messages.0.content",
+        ),
+    ],
+    ids=[
+        "seed-over-int64",
+        "seed-under-int64",
+        "surrogate-prompt",
+        "surrogate-stop",
+        "surrogate-chat",
+    ],
 )
 def test_values_engines_cannot_take_are_400(
     engine: FakeEngine, path: str, body: dict, needle: str
@@ -250,7 +297,9 @@ def test_values_engines_cannot_take_are_400(
 def test_empty_stop_strings_are_ignored(engine: FakeEngine) -> None:
     client = TestClient(build_openai_app(engine))
     for stop, text in (("", " gamma delta epsilon"), (["", "delta"], " gamma")):
-        body = client.post("/v1/completions", json={**COMPLETION, "max_tokens": 3, "stop": stop}).json()
+        body = client.post(
+            "/v1/completions", json={**COMPLETION, "max_tokens": 3, "stop": stop}
+        ).json()
         assert body["choices"][0]["text"] == text
 
 
@@ -275,4 +324,3 @@ def test_kv_cache_math_refuses_an_overflowing_memory_budget() -> None:
             kv_cache_report(2, 14, 2, 32, "float32", tokens=512, memory_gb=memory_gb)
         assert err.value.param == "memory_gb"
     assert kv_cache_report(2, 14, 2, 32, "float32", tokens=512, memory_gb=1e9)["budget"]
-

@@ -33,7 +33,7 @@ def client(engine: FakeEngine) -> TestClient:
 
 
 def sse_payloads(text: str) -> list[dict]:
-    lines = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    lines = [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
     return [json.loads(line) for line in lines if line != "[DONE]"]
 
 
@@ -62,7 +62,10 @@ def test_completion_logprobs_have_the_legacy_shape(client: TestClient) -> None:
 
 def test_logprobs_zero_returns_the_chosen_token_only(client: TestClient) -> None:
     body = complete(client, prompt="alpha", max_tokens=2, logprobs=0)
-    assert [list(top) for top in body["choices"][0]["logprobs"]["top_logprobs"]] == [[" beta"], [" gamma"]]
+    assert [list(top) for top in body["choices"][0]["logprobs"]["top_logprobs"]] == [
+        [" beta"],
+        [" gamma"],
+    ]
 
 
 def test_no_logprobs_unless_asked(client: TestClient, engine: FakeEngine) -> None:
@@ -85,7 +88,9 @@ def test_echo_with_logprobs_scores_the_prompt(client: TestClient, engine: FakeEn
     assert body["usage"]["prompt_tokens"] == 3 and body["usage"]["completion_tokens"] == 1
 
 
-def test_echo_without_logprobs_returns_the_prompt_text(client: TestClient, engine: FakeEngine) -> None:
+def test_echo_without_logprobs_returns_the_prompt_text(
+    client: TestClient, engine: FakeEngine
+) -> None:
     body = complete(client, prompt="alpha beta", max_tokens=1, echo=True)
     assert body["choices"][0]["text"] == "alpha beta gamma"
     assert body["choices"][0]["logprobs"] is None
@@ -93,10 +98,17 @@ def test_echo_without_logprobs_returns_the_prompt_text(client: TestClient, engin
 
 
 def test_streamed_echo_comes_once_and_offsets_continue(client: TestClient) -> None:
-    response = client.post("/v1/completions", json={
-        "model": MODEL, "prompt": "alpha beta", "max_tokens": 2, "logprobs": 1, "echo": True,
-        "stream": True,
-    })
+    response = client.post(
+        "/v1/completions",
+        json={
+            "model": MODEL,
+            "prompt": "alpha beta",
+            "max_tokens": 2,
+            "logprobs": 1,
+            "echo": True,
+            "stream": True,
+        },
+    )
     chunks = [c["choices"][0] for c in sse_payloads(response.text) if c["choices"]]
     assert [c["text"] for c in chunks] == ["alpha beta gamma", " delta"]
     assert chunks[0]["logprobs"]["tokens"] == [" alpha", " beta", " gamma"]
@@ -105,10 +117,16 @@ def test_streamed_echo_comes_once_and_offsets_continue(client: TestClient) -> No
 
 
 def test_chat_logprobs_list_each_token_with_its_top(client: TestClient) -> None:
-    response = client.post("/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "alpha"}], "max_tokens": 2,
-        "logprobs": True, "top_logprobs": 2,
-    })
+    response = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "alpha"}],
+            "max_tokens": 2,
+            "logprobs": True,
+            "top_logprobs": 2,
+        },
+    )
     completion = ChatCompletion.model_validate(response.json())
     content = completion.choices[0].logprobs.content
     assert [c.token for c in content] == [" delta", " epsilon"]
@@ -118,10 +136,16 @@ def test_chat_logprobs_list_each_token_with_its_top(client: TestClient) -> None:
 
 
 def test_streamed_chat_carries_logprobs_per_chunk(client: TestClient) -> None:
-    response = client.post("/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "alpha"}], "max_tokens": 3,
-        "logprobs": True, "stream": True,
-    })
+    response = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "alpha"}],
+            "max_tokens": 3,
+            "logprobs": True,
+            "stream": True,
+        },
+    )
     chunks = [c["choices"][0] for c in sse_payloads(response.text) if c["choices"]]
     tokens = [e["token"] for c in chunks if c["logprobs"] for e in c["logprobs"]["content"]]
     assert tokens == [" delta", " epsilon", " zeta"]
@@ -133,12 +157,21 @@ def test_streamed_chat_carries_logprobs_per_chunk(client: TestClient) -> None:
     [
         ("/v1/completions", {"prompt": "alpha", "logprobs": 21}, "logprobs"),
         ("/v1/completions", {"prompt": "alpha", "logprobs": -1}, "logprobs"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2}, None),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "logprobs": True,
-                                  "top_logprobs": 21}, "top_logprobs"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2},
+            None,
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "a"}], "logprobs": True, "top_logprobs": 21},
+            "top_logprobs",
+        ),
     ],
 )
-def test_bad_logprobs_get_a_400(client: TestClient, path: str, body: dict, param: str | None) -> None:
+def test_bad_logprobs_get_a_400(
+    client: TestClient, path: str, body: dict, param: str | None
+) -> None:
     response = client.post(path, json={"model": MODEL, **body})
     assert response.status_code == 400
     error = response.json()["error"]
@@ -159,13 +192,25 @@ def test_vllm_benchmark_client_requests_succeed(backend: str) -> None:
     """vLLM's own bench request functions, with every sampling field its CLI can add."""
     from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS, RequestFuncInput
 
-    sampling = {"top_p": 0.9, "top_k": 5, "min_p": 0.1, "temperature": 0.7,
-                "frequency_penalty": 0.1, "presence_penalty": 0.1, "repetition_penalty": 1.1}
+    sampling = {
+        "top_p": 0.9,
+        "top_k": 5,
+        "min_p": 0.1,
+        "temperature": 0.7,
+        "frequency_penalty": 0.1,
+        "presence_penalty": 0.1,
+        "repetition_penalty": 1.1,
+    }
     path = "completions" if backend == "openai" else "chat/completions"
     with serve_on_loopback(build_openai_app(FakeEngine())) as url:
         request = RequestFuncInput(
-            prompt="alpha beta", api_url=f"{url}/v1/{path}", prompt_len=2, output_len=4,
-            model=MODEL, ignore_eos=True, extra_body=sampling,
+            prompt="alpha beta",
+            api_url=f"{url}/v1/{path}",
+            prompt_len=2,
+            output_len=4,
+            model=MODEL,
+            ignore_eos=True,
+            extra_body=sampling,
         )
         output = asyncio.run(_send(ASYNC_REQUEST_FUNCS[backend], request))
     assert output.success, output.error

@@ -26,7 +26,7 @@ def client(engine: FakeEngine) -> TestClient:
 
 
 def sse_payloads(text: str) -> list[str]:
-    return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
 
 
 def test_models_lists_the_served_model(client: TestClient) -> None:
@@ -78,8 +78,11 @@ def test_stop_string_ends_with_stop(client: TestClient) -> None:
 def test_chat_completion(client: TestClient) -> None:
     response = client.post(
         "/v1/chat/completions",
-        json={"model": "fake-model", "messages": [{"role": "user", "content": "alpha"}],
-              "max_tokens": 2},
+        json={
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": "alpha"}],
+            "max_tokens": 2,
+        },
     )
     chat = ChatCompletion.model_validate(response.json())
     assert chat.choices[0].message.role == "assistant"
@@ -90,8 +93,13 @@ def test_chat_completion(client: TestClient) -> None:
 def test_chat_stream_sends_role_then_content_then_done(client: TestClient) -> None:
     response = client.post(
         "/v1/chat/completions",
-        json={"model": "fake-model", "messages": [{"role": "user", "content": "alpha"}],
-              "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}},
+        json={
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": "alpha"}],
+            "max_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
     )
     assert response.headers["content-type"].startswith("text/event-stream")
     payloads = sse_payloads(response.text)
@@ -125,41 +133,112 @@ def test_timings_extension_reaches_the_choice(client: TestClient) -> None:
 
 BAD_REQUESTS = [
     ("malformed json", "/v1/completions", b"{not json", 400, None),
-    ("wrong type", "/v1/completions", {"model": "fake-model", "prompt": "a", "max_tokens": "x"},
-     400, "max_tokens"),
-    ("max_tokens zero", "/v1/completions", {"model": "fake-model", "prompt": "a", "max_tokens": 0},
-     400, "max_tokens"),
-    ("max_tokens negative", "/v1/completions",
-     {"model": "fake-model", "prompt": "a", "max_tokens": -5}, 400, "max_tokens"),
-    ("max_tokens above context", "/v1/completions",
-     {"model": "fake-model", "prompt": "alpha", "max_tokens": 64}, 400, "max_tokens"),
-    ("prompt too long", "/v1/completions",
-     {"model": "fake-model", "prompt": "alpha " * 70, "max_tokens": 1}, 400, "prompt"),
+    (
+        "wrong type",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "max_tokens": "x"},
+        400,
+        "max_tokens",
+    ),
+    (
+        "max_tokens zero",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "max_tokens": 0},
+        400,
+        "max_tokens",
+    ),
+    (
+        "max_tokens negative",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "max_tokens": -5},
+        400,
+        "max_tokens",
+    ),
+    (
+        "max_tokens above context",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "alpha", "max_tokens": 64},
+        400,
+        "max_tokens",
+    ),
+    (
+        "prompt too long",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "alpha " * 70, "max_tokens": 1},
+        400,
+        "prompt",
+    ),
     ("unknown model", "/v1/completions", {"model": "nope", "prompt": "a"}, 404, "model"),
-    ("empty messages", "/v1/chat/completions", {"model": "fake-model", "messages": []},
-     400, "messages"),
-    ("unknown field", "/v1/completions", {"model": "fake-model", "prompt": "a", "bogus": 1},
-     400, "bogus"),
-    ("unknown mode", "/v1/completions", {"model": "fake-model", "prompt": "a", "mode": "warp"},
-     400, "mode"),
-    ("temperature out of range", "/v1/chat/completions",
-     {"model": "fake-model", "messages": [{"role": "user", "content": "a"}], "temperature": 9},
-     400, "temperature"),
-    ("top_k below -1", "/v1/completions", {"model": "fake-model", "prompt": "a", "top_k": -2},
-     400, "top_k"),
-    ("min_p above 1", "/v1/completions", {"model": "fake-model", "prompt": "a", "min_p": 1.5},
-     400, "min_p"),
-    ("repetition_penalty zero", "/v1/completions",
-     {"model": "fake-model", "prompt": "a", "repetition_penalty": 0}, 400, "repetition_penalty"),
-    ("bad role", "/v1/chat/completions",
-     {"model": "fake-model", "messages": [{"role": "wizard", "content": "a"}]}, 400, None),
+    (
+        "empty messages",
+        "/v1/chat/completions",
+        {"model": "fake-model", "messages": []},
+        400,
+        "messages",
+    ),
+    (
+        "unknown field",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "bogus": 1},
+        400,
+        "bogus",
+    ),
+    (
+        "unknown mode",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "mode": "warp"},
+        400,
+        "mode",
+    ),
+    (
+        "temperature out of range",
+        "/v1/chat/completions",
+        {"model": "fake-model", "messages": [{"role": "user", "content": "a"}], "temperature": 9},
+        400,
+        "temperature",
+    ),
+    (
+        "top_k below -1",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "top_k": -2},
+        400,
+        "top_k",
+    ),
+    (
+        "min_p above 1",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "min_p": 1.5},
+        400,
+        "min_p",
+    ),
+    (
+        "repetition_penalty zero",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": "a", "repetition_penalty": 0},
+        400,
+        "repetition_penalty",
+    ),
+    (
+        "bad role",
+        "/v1/chat/completions",
+        {"model": "fake-model", "messages": [{"role": "wizard", "content": "a"}]},
+        400,
+        None,
+    ),
     ("empty prompt list", "/v1/completions", {"model": "fake-model", "prompt": []}, 400, "prompt"),
-    ("token id out of vocab", "/v1/completions", {"model": "fake-model", "prompt": [5, 100000]},
-     400, "prompt"),
+    (
+        "token id out of vocab",
+        "/v1/completions",
+        {"model": "fake-model", "prompt": [5, 100000]},
+        400,
+        "prompt",
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,path,body,status,param", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+@pytest.mark.parametrize(
+    "name,path,body,status,param", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS]
+)
 def test_bad_input_gets_openai_error_and_server_keeps_serving(
     client: TestClient, name: str, path: str, body, status: int, param: str | None
 ) -> None:
@@ -173,7 +252,9 @@ def test_bad_input_gets_openai_error_and_server_keeps_serving(
     assert error["message"]
     if param is not None:
         assert error["param"] == param
-    ok = client.post("/v1/completions", json={"model": "fake-model", "prompt": "a", "max_tokens": 1})
+    ok = client.post(
+        "/v1/completions", json={"model": "fake-model", "prompt": "a", "max_tokens": 1}
+    )
     assert ok.status_code == 200
 
 
@@ -191,8 +272,12 @@ def test_health_reports_engine_queue(client: TestClient) -> None:
 async def test_leaving_a_stream_early_aborts_every_engine_request() -> None:
     engine = FakeEngine(delay_s=0.01)
     jobs = gen.plan_jobs(
-        "req", gen.CompletionRequest(model="fake-model", prompt="alpha", n=3, max_tokens=50),
-        [[1]], 50, None, engine.max_model_len,
+        "req",
+        gen.CompletionRequest(model="fake-model", prompt="alpha", n=3, max_tokens=50),
+        [[1]],
+        50,
+        None,
+        engine.max_model_len,
     )
     stream = gen.stream_jobs(engine, jobs)
     await anext(stream)

@@ -38,7 +38,11 @@ def test_status_without_a_platform_says_how_to_start(tmp_path: Path, monkeypatch
 
 def test_overrides_replace_model_and_port() -> None:
     config = apply_overrides(PlatformConfig(), "tiny-qwen2", 9001)
-    assert (config.model.ref, config.model.name, config.http.port) == ("tiny-qwen2", "tiny-qwen2", 9001)
+    assert (config.model.ref, config.model.name, config.http.port) == (
+        "tiny-qwen2",
+        "tiny-qwen2",
+        9001,
+    )
 
 
 def test_ready_message_prints_every_enabled_app(capsys) -> None:
@@ -58,8 +62,14 @@ def test_state_file_from_before_the_app_urls_still_loads(tmp_path: Path, monkeyp
     from serving.local import load_state, state_file
 
     monkeypatch.setenv("LLM_SERVING_CACHE", str(tmp_path))
-    old = {"api_url": "a", "health_url": "h", "dashboard_url": "d", "metrics_url": "m",
-           "model": "tiny-qwen2", "apps": ["vllm"]}
+    old = {
+        "api_url": "a",
+        "health_url": "h",
+        "dashboard_url": "d",
+        "metrics_url": "m",
+        "model": "tiny-qwen2",
+        "apps": ["vllm"],
+    }
     state_file().parent.mkdir(parents=True, exist_ok=True)
     state_file().write_text(json.dumps(old))
     ep = load_state()

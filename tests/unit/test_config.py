@@ -72,7 +72,12 @@ def test_memory_utilization_defaults_by_accelerator() -> None:
     engine = PlatformConfig().vllm.engine
     assert engine.memory_utilization("gpu") == 0.90
     assert engine.memory_utilization("cpu") == 0.25
-    assert parse_config({"vllm": {"engine": {"gpu_memory_utilization": 0.5}}}).vllm.engine.memory_utilization("gpu") == 0.5
+    assert (
+        parse_config(
+            {"vllm": {"engine": {"gpu_memory_utilization": 0.5}}}
+        ).vllm.engine.memory_utilization("gpu")
+        == 0.5
+    )
 
 
 def test_served_name_defaults_to_ref() -> None:

@@ -63,9 +63,14 @@ def child_process() -> Iterator[int]:
 
 
 def engine_config(accelerator: str, engine_core: str, cpu_niceness: int | None = 19):
-    return PlatformConfig.model_validate({"vllm": {
-        "resources": {"accelerator": accelerator},
-        "engine": {"engine_core": engine_core, "cpu_niceness": cpu_niceness}}})
+    return PlatformConfig.model_validate(
+        {
+            "vllm": {
+                "resources": {"accelerator": accelerator},
+                "engine": {"engine_core": engine_core, "cpu_niceness": cpu_niceness},
+            }
+        }
+    )
 
 
 def test_thread_ids_lists_this_process_threads() -> None:
@@ -115,8 +120,14 @@ def test_inprocess_mode_lowers_every_thread_of_the_replica() -> None:
         "    print(os.getpriority(os.PRIO_PROCESS, engine_thread),"
         " os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, check=True, cwd=Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=Path(__file__).parents[2],
+    )
     assert done.stdout.split() == ["19", "19"]
 
 

@@ -32,9 +32,11 @@ def model_app(name: str, adapters: list[str]) -> FastAPI:
     async def complete(request: Request) -> Any:
         body = await request.json()
         if body.get("stream"):
+
             async def chunks():
                 for i in range(3):
                     yield f"data: {name}-{i}\n\n"
+
             return StreamingResponse(chunks(), media_type="text/event-stream")
         return {"served_by": name, "model": body.get("model"), "path": request.url.path}
 
@@ -54,8 +56,11 @@ class Refused(Exception):
     pass
 
 
-def dispatch(forwarded: list[Route] | None = None, refuse: bool = False,
-             hints: list[RoutingHint] | None = None) -> ModelDispatch:
+def dispatch(
+    forwarded: list[Route] | None = None,
+    refuse: bool = False,
+    hints: list[RoutingHint] | None = None,
+) -> ModelDispatch:
     adapters = {"base": ["base-lora"], "other": []}
     apps = {name: model_app(name, names) for name, names in adapters.items()}
 
@@ -136,7 +141,8 @@ def test_streams_arrive_whole_and_in_order() -> None:
     async def go() -> str:
         async with client(dispatch()) as http:
             response = await http.post(
-                "/v1/completions", json={"model": "other", "prompt": "x", "stream": True})
+                "/v1/completions", json={"model": "other", "prompt": "x", "stream": True}
+            )
             assert response.headers["content-type"].startswith("text/event-stream")
             return response.text
 
@@ -153,7 +159,8 @@ def test_models_lists_every_model_and_adapter_with_its_parent() -> None:
     assert cards == {"base": None, "base-lora": "base", "other": None}
     # the configured card (with its path) wins over the one a replica holding it lists
     assert [card.get("root") for card in data if card["id"] == "base-lora"] == [
-        "/adapters/base-lora"]
+        "/adapters/base-lora"
+    ]
 
 
 def test_health_reports_each_model() -> None:
@@ -193,7 +200,9 @@ def test_run_asgi_batches_what_the_app_sent_and_reraises_its_error() -> None:
 
     batches = run(go())
     assert [m["type"] for batch in batches for m in batch] == [
-        "http.response.start", "http.response.body"]
+        "http.response.start",
+        "http.response.body",
+    ]
 
 
 def test_parsed_body_is_a_json_object_or_empty() -> None:
@@ -218,8 +227,11 @@ def test_the_request_router_gets_the_prompt_and_session() -> None:
     async def go() -> None:
         async with client(dispatch(hints=hints)) as http:
             await http.post("/v1/completions", json={"model": "base", "prompt": "p", "user": "u1"})
-            await http.post("/v1/completions", json={"model": "base", "messages": messages},
-                            headers={"x-session-id": "s9"})
+            await http.post(
+                "/v1/completions",
+                json={"model": "base", "messages": messages},
+                headers={"x-session-id": "s9"},
+            )
 
     run(go())
     assert hints == [RoutingHint("p", "u1"), RoutingHint(messages, "s9")]

@@ -38,7 +38,9 @@ def github_anchor(heading: str) -> str:
 
 
 def anchors(path: Path) -> set[str]:
-    return {github_anchor(m[1]) for line in prose_lines(path.read_text()) if (m := HEADING.match(line))}
+    return {
+        github_anchor(m[1]) for line in prose_lines(path.read_text()) if (m := HEADING.match(line))
+    }
 
 
 def relative_links(path: Path) -> list[str]:
@@ -54,8 +56,12 @@ def test_readme_relative_links_resolve() -> None:
         path = (README.parent / target).resolve() if target else README
         assert path.exists(), f"README.md links to {link}: {target} does not exist"
         if anchor:
-            assert path.suffix == ".md", f"README.md links to {link}: an anchor into a non-Markdown file"
-            assert anchor in anchors(path), f"README.md links to {link}: no such heading in {target or 'README.md'}"
+            assert path.suffix == ".md", (
+                f"README.md links to {link}: an anchor into a non-Markdown file"
+            )
+            assert anchor in anchors(path), (
+                f"README.md links to {link}: no such heading in {target or 'README.md'}"
+            )
 
 
 def test_readme_is_short() -> None:
@@ -67,7 +73,10 @@ def test_github_anchor_matches_github() -> None:
     assert github_anchor("vLLM's app behind the platform against `vllm serve`") == (
         "vllms-app-behind-the-platform-against-vllm-serve"
     )
-    assert github_anchor("Autoscaling, backpressure and metrics") == "autoscaling-backpressure-and-metrics"
+    assert (
+        github_anchor("Autoscaling, backpressure and metrics")
+        == "autoscaling-backpressure-and-metrics"
+    )
 
 
 @pytest.mark.timeout(300)
@@ -75,7 +84,11 @@ def test_docs_site_builds_strict(tmp_path: Path) -> None:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=300,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output

@@ -24,8 +24,10 @@ PROMPT = "The capital of France is"
 @pytest.fixture(scope="module")
 def engine() -> Iterator[HFEngine]:
     config = PlatformConfig.model_validate(
-        {"model": {"ref": TINY_REF, "dtype": "float32", "max_model_len": 1024},
-         "hf": {"batch_window_ms": 300, "max_batch_size": 4}}
+        {
+            "model": {"ref": TINY_REF, "dtype": "float32", "max_model_len": 1024},
+            "hf": {"batch_window_ms": 300, "max_batch_size": 4},
+        }
     )
     hf = HFEngine.load(config, resolve_model(TINY_REF))
     yield hf
@@ -101,7 +103,7 @@ async def test_seed_reproduces_a_sample_in_every_mode(
 async def test_stop_string_cuts_the_text(engine: HFEngine, prompt_ids: list[int]) -> None:
     sampled = {"temperature": 1.0, "seed": 3, "max_tokens": 24}
     full = (await run(engine, prompt_ids, **sampled)).text
-    stop = full[len(full) // 2: len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     cut = await run(engine, prompt_ids, stop=(stop,), **sampled)
     assert cut.finish_reason == "stop"
     assert cut.text == full[: full.index(stop)]
@@ -138,8 +140,11 @@ def test_find_stop_returns_the_earliest_match() -> None:
 async def test_cancelling_the_stream_stops_generation(
     engine: HFEngine, prompt_ids: list[int]
 ) -> None:
-    stream = engine.generate("cancel-me", prompt_ids, SamplingSpec(
-        max_tokens=600, temperature=0.0, ignore_eos=True, mode="no-cache"))
+    stream = engine.generate(
+        "cancel-me",
+        prompt_ids,
+        SamplingSpec(max_tokens=600, temperature=0.0, ignore_eos=True, mode="no-cache"),
+    )
     before = engine.tokens_generated
     await anext(stream)
     await anext(stream)
@@ -183,8 +188,14 @@ async def test_static_batch_answers_everyone_when_the_longest_ends(
     generated_at_answer: dict[str, int] = {}
 
     async def tracked(name: str, prompt: list[int], max_tokens: int) -> Result:
-        result = await run(engine, prompt, request_id=name, mode="static-batch",
-                           max_tokens=max_tokens, timings=True)
+        result = await run(
+            engine,
+            prompt,
+            request_id=name,
+            mode="static-batch",
+            max_tokens=max_tokens,
+            timings=True,
+        )
         generated_at_answer[name] = engine.tokens_generated - before
         return result
 
@@ -202,8 +213,10 @@ async def test_static_batch_answers_everyone_when_the_longest_ends(
 
 
 async def test_stats_count_queued_requests(engine: HFEngine, prompt_ids: list[int]) -> None:
-    jobs = [asyncio.create_task(run(engine, prompt_ids, request_id=f"q{i}", max_tokens=30))
-            for i in range(3)]
+    jobs = [
+        asyncio.create_task(run(engine, prompt_ids, request_id=f"q{i}", max_tokens=30))
+        for i in range(3)
+    ]
     await asyncio.sleep(0.3)
     stats = engine.stats()
     assert stats.running == 1 and stats.waiting >= 1  # one job at a time: the rest wait

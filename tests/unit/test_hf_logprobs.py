@@ -48,8 +48,9 @@ def reference_logprobs(engine: HFEngine, ids: list[int]) -> torch.Tensor:
 async def test_logprobs_are_the_raw_distribution_whatever_the_sampling(
     engine: HFEngine, prompt_ids: list[int]
 ) -> None:
-    got = await deltas(engine, prompt_ids, temperature=0.7, seed=3, repetition_penalty=1.5,
-                       top_k=5, logprobs=3)
+    got = await deltas(
+        engine, prompt_ids, temperature=0.7, seed=3, repetition_penalty=1.5, top_k=5, logprobs=3
+    )
     entries = [entry for d in got for entry in d.logprobs]
     assert len(entries) == sum(d.num_tokens for d in got) == 4  # logprobs travel with tokens
     output = [entry.token_id for entry in entries]
@@ -83,7 +84,9 @@ async def test_prompt_logprobs_come_once_and_score_each_prompt_token(
     reference = reference_logprobs(engine, prompt_ids)
     for position, entry in enumerate(prompt[1:], start=1):
         assert entry.token_id == prompt_ids[position]
-        assert entry.logprob == pytest.approx(float(reference[position - 1, entry.token_id]), abs=1e-5)
+        assert entry.logprob == pytest.approx(
+            float(reference[position - 1, entry.token_id]), abs=1e-5
+        )
         assert len(entry.top) == 1
 
 

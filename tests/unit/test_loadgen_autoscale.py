@@ -25,26 +25,44 @@ def deployment(states: list[str], target: int, autoscaling: dict | None = None) 
 
 
 def applications() -> dict:
-    return {"applications": {
-        "vllm": {"route_prefix": "/", "deployments": {"VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 2})}},
-        "autoscale": {"route_prefix": "/autoscale", "deployments": {
-            "VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 4})}},
-        "analysis": {"route_prefix": "/analysis", "deployments": {"Analysis": deployment(["RUNNING"], 1)}},
-    }}
+    return {
+        "applications": {
+            "vllm": {
+                "route_prefix": "/",
+                "deployments": {"VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 2})},
+            },
+            "autoscale": {
+                "route_prefix": "/autoscale",
+                "deployments": {"VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 4})},
+            },
+            "analysis": {
+                "route_prefix": "/analysis",
+                "deployments": {"Analysis": deployment(["RUNNING"], 1)},
+            },
+        }
+    }
 
 
 def test_the_longest_route_prefix_picks_the_application() -> None:
     assert autoscale.find_deployment(applications(), "/autoscale/v1").application == "autoscale"
     found = autoscale.find_deployment(applications(), "/v1")
-    assert (found.application, found.name, found.autoscaling_config) == ("vllm", "VLLMServer", {"max_replicas": 2})
+    assert (found.application, found.name, found.autoscaling_config) == (
+        "vllm",
+        "VLLMServer",
+        {"max_replicas": 2},
+    )
     assert autoscale.find_deployment(applications(), "/autoscalex/v1").application == "vllm"
 
 
 def test_a_model_behind_the_models_endpoint_picks_its_own_application() -> None:
     body = applications()
-    body["applications"]["vllm-b"] = {"route_prefix": None, "deployments": {
-        "ModelEntry": deployment(["RUNNING"], 1),
-        "VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 3})}}
+    body["applications"]["vllm-b"] = {
+        "route_prefix": None,
+        "deployments": {
+            "ModelEntry": deployment(["RUNNING"], 1),
+            "VLLMServer": deployment(["RUNNING"], 1, {"max_replicas": 3}),
+        },
+    }
     found = autoscale.find_deployment(body, "/v1", model="b")
     assert (found.application, found.name) == ("vllm-b", "VLLMServer")
     assert autoscale.find_deployment(body, "/v1", model="other").application == "vllm"
@@ -58,7 +76,8 @@ def test_the_report_shows_what_the_other_deployments_did() -> None:
     others = autoscale_report.other_deployments(run)
     assert others == {"vllm-b/VLLMServer": {"min_running": 1, "max_running": 1, "max_target": 1}}
     assert "vllm-b/VLLMServer ran 1-1 replicas" in autoscale_report.others_text(
-        {"other_deployments": others})
+        {"other_deployments": others}
+    )
 
 
 def test_an_application_without_autoscaling_is_an_error() -> None:
@@ -69,15 +88,25 @@ def test_an_application_without_autoscaling_is_an_error() -> None:
 
 
 def test_replica_sample_counts_states_and_keeps_the_target() -> None:
-    sample = autoscale.replica_sample(1.5, deployment(["RUNNING", "STARTING", "STOPPING", "RECOVERING"], 3))
+    sample = autoscale.replica_sample(
+        1.5, deployment(["RUNNING", "STARTING", "STOPPING", "RECOVERING"], 3)
+    )
     assert sample == ReplicaSample(1.5, running=1, starting=2, stopping=1, target=3)
 
 
 def timeline() -> list[ReplicaSample]:
     # (t, running, starting, stopping, target): up decided at 3, serving at 40, load ends at 50,
     # target back to 1 at 58, the old replica gone at 61.
-    rows = [(0, 1, 0, 0, 1), (2, 1, 0, 0, 1), (3, 1, 0, 0, 2), (4, 1, 1, 0, 2), (40, 2, 0, 0, 2),
-            (52, 2, 0, 0, 2), (58, 1, 0, 1, 1), (61, 1, 0, 0, 1)]
+    rows = [
+        (0, 1, 0, 0, 1),
+        (2, 1, 0, 0, 1),
+        (3, 1, 0, 0, 2),
+        (4, 1, 1, 0, 2),
+        (40, 2, 0, 0, 2),
+        (52, 2, 0, 0, 2),
+        (58, 1, 0, 1, 1),
+        (61, 1, 0, 0, 1),
+    ]
     return [ReplicaSample(*row) for row in rows]
 
 
@@ -99,8 +128,11 @@ def test_a_replica_starting_counts_as_the_decision_even_before_the_target_shows(
 def test_no_scale_up_means_no_scale_down_figures() -> None:
     samples = [ReplicaSample(t, 1, 0, 0, 1) for t in range(10)]
     assert figures(samples, load_end=5.0) == {
-        "scale_up_decision_s": None, "second_replica_serving_s": None, "load_duration_s": 5.0,
-        "scale_down_decision_s": None, "back_to_one_s": None,
+        "scale_up_decision_s": None,
+        "second_replica_serving_s": None,
+        "load_duration_s": 5.0,
+        "scale_down_decision_s": None,
+        "back_to_one_s": None,
     }
 
 
@@ -119,10 +151,17 @@ def test_scale_down_counts_only_after_the_second_replica_served() -> None:
 
 
 def test_requests_are_completed_refused_with_retry_after_or_failed() -> None:
-    results = [RequestResult(success=True), RequestResult(status="http_503", retry_after="1"),
-               RequestResult(status="http_503"), RequestResult(status="timeout")]
+    results = [
+        RequestResult(success=True),
+        RequestResult(status="http_503", retry_after="1"),
+        RequestResult(status="http_503"),
+        RequestResult(status="timeout"),
+    ]
     assert autoscale.request_counts(results) == {
-        "sent": 4, "completed": 1, "refused_with_retry_after": 1, "failed": 2,
+        "sent": 4,
+        "completed": 1,
+        "refused_with_retry_after": 1,
+        "failed": 2,
         "failures": {"http_503": 1, "timeout": 1},
     }
 
@@ -130,36 +169,57 @@ def test_requests_are_completed_refused_with_retry_after_or_failed() -> None:
 def test_retry_wait_is_bounded() -> None:
     assert autoscale.retry_wait(RequestResult(retry_after="2")) == 2.0
     assert autoscale.retry_wait(RequestResult(retry_after="600")) == autoscale.MAX_RETRY_WAIT_S
-    assert autoscale.retry_wait(RequestResult(retry_after="Wed, 21 Oct 2015")) == autoscale.MAX_RETRY_WAIT_S
+    assert (
+        autoscale.retry_wait(RequestResult(retry_after="Wed, 21 Oct 2015"))
+        == autoscale.MAX_RETRY_WAIT_S
+    )
 
 
 def test_markers_place_scale_down_events_after_the_load_end() -> None:
     markers = autoscale_report.timeline_markers(figures(timeline(), load_end=50.0))
-    assert markers == [(3.0, "scale-up decided"), (40.0, "2nd replica serving"),
-                       (50.0, "load ended"), (61.0, "one replica")]
+    assert markers == [
+        (3.0, "scale-up decided"),
+        (40.0, "2nd replica serving"),
+        (50.0, "load ended"),
+        (61.0, "one replica"),
+    ]
 
 
 def test_report_files_hold_the_figures_and_the_timeline(tmp_path: Path) -> None:
     plan = autoscale.AutoscalePlan(
-        target=Target("t", "http://127.0.0.1:1/autoscale/v1"), dashboard_url="http://127.0.0.1:2",
-        queue_source=None, opts=RequestOptions("m"), specs=[], concurrency=4)
-    run = autoscale.Run(autoscale.Deployment("autoscale", "VLLMServer", {"max_replicas": 2}),
-                        results=[RequestResult(success=True)], replicas=timeline(),
-                        queue=[autoscale.QueueSample(0.0, 4, 2, 2)], load_end=50.0)
+        target=Target("t", "http://127.0.0.1:1/autoscale/v1"),
+        dashboard_url="http://127.0.0.1:2",
+        queue_source=None,
+        opts=RequestOptions("m"),
+        specs=[],
+        concurrency=4,
+    )
+    run = autoscale.Run(
+        autoscale.Deployment("autoscale", "VLLMServer", {"max_replicas": 2}),
+        results=[RequestResult(success=True)],
+        replicas=timeline(),
+        queue=[autoscale.QueueSample(0.0, 4, 2, 2)],
+        load_end=50.0,
+    )
     document = autoscale_report.build_document(plan, run)
     autoscale_report.write_report(document, tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["figures"]["second_replica_serving_s"] == 40.0
     assert saved["timeline"]["replicas"][2] == [3, 1, 0, 0, 2]
-    assert "| burst start -> second replica RUNNING | 40.0 s |" in (tmp_path / "summary.md").read_text()
+    assert (
+        "| burst start -> second replica RUNNING | 40.0 s |"
+        in (tmp_path / "summary.md").read_text()
+    )
     assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_promql_names_leave_out_functions_labels_and_keywords() -> None:
-    expr = ('histogram_quantile(0.99, sum by (le, engine) (rate(ttft_bucket{engine=~"$e", x="a(b)"}[1m])))'
-            " / on(engine) group_left sum(up_total offset 5m) and 2e3")
+    expr = (
+        'histogram_quantile(0.99, sum by (le, engine) (rate(ttft_bucket{engine=~"$e", x="a(b)"}[1m])))'
+        " / on(engine) group_left sum(up_total offset 5m) and 2e3"
+    )
     assert promql_metric_names(expr) == {"ttft_bucket", "up_total"}
-    assert promql_metric_names('count(foo:recorded)') == {"foo:recorded"}
+    assert promql_metric_names("count(foo:recorded)") == {"foo:recorded"}
 
 
 def test_the_grafana_dashboard_queries_the_platform_metrics() -> None:
@@ -170,17 +230,21 @@ def test_the_grafana_dashboard_queries_the_platform_metrics() -> None:
     assert not any(name in {"rate", "sum", "le", "engine"} for name in names)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--dashboard", "nope"], "error: --dashboard 'nope': expected http://HOST:PORT"),
-    (["--target", "b=http://127.0.0.1:9/v1"], "error: --scenario autoscale takes one --target"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dashboard", "nope"], "error: --dashboard 'nope': expected http://HOST:PORT"),
+        (["--target", "b=http://127.0.0.1:9/v1"], "error: --scenario autoscale takes one --target"),
+    ],
+)
 def test_bad_autoscale_input_is_one_error_line(args: list[str], message: str) -> None:
     from click.testing import CliRunner
 
     from serving.cli import main
 
     result = CliRunner().invoke(
-        main, ["bench", "--scenario", "autoscale", "--target", "a=http://127.0.0.1:9/v1", *args])
+        main, ["bench", "--scenario", "autoscale", "--target", "a=http://127.0.0.1:9/v1", *args]
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith(message)
     assert "Traceback" not in result.output

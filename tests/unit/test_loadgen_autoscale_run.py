@@ -38,8 +38,11 @@ class ScriptedServe:
         up = self.first_request is not None and loaded
         serving = up and now - self.first_request >= UP_AFTER_S
         states = ["RUNNING", "RUNNING" if serving else "STARTING"] if up else ["RUNNING"]
-        return {"replicas": [{"state": s} for s in states], "target_num_replicas": 2 if up else 1,
-                "deployment_config": {"autoscaling_config": {"max_replicas": 2}}}
+        return {
+            "replicas": [{"state": s} for s in states],
+            "target_num_replicas": 2 if up else 1,
+            "deployment_config": {"autoscaling_config": {"max_replicas": 2}},
+        }
 
 
 @pytest.fixture
@@ -49,8 +52,11 @@ def server() -> Iterator[tuple[str, ScriptedServe]]:
 
     @app.get("/api/serve/applications/")
     def applications() -> dict:
-        return {"applications": {"scaled": {"route_prefix": "/scaled",
-                                             "deployments": {"Fake": serve.deployment()}}}}
+        return {
+            "applications": {
+                "scaled": {"route_prefix": "/scaled", "deployments": {"Fake": serve.deployment()}}
+            }
+        }
 
     @app.middleware("http")
     async def count(request: Request, call_next):
@@ -76,9 +82,16 @@ def test_a_step_burst_records_scale_up_and_scale_down(server: tuple[str, Scripte
     url, serve = server
     target = Target("scaled", f"{url}/scaled/v1")
     plan = autoscale.AutoscalePlan(
-        target=target, dashboard_url=url, queue_source=HealthSource(f"{target.origin}/health"),
-        opts=RequestOptions("fake-model"), specs=[RequestSpec("alpha beta", 2, 16)] * 5000,
-        concurrency=4, max_load_s=20, hold_s=0.5, scale_down_timeout_s=20, queue_interval_s=0.1,
+        target=target,
+        dashboard_url=url,
+        queue_source=HealthSource(f"{target.origin}/health"),
+        opts=RequestOptions("fake-model"),
+        specs=[RequestSpec("alpha beta", 2, 16)] * 5000,
+        concurrency=4,
+        max_load_s=20,
+        hold_s=0.5,
+        scale_down_timeout_s=20,
+        queue_interval_s=0.1,
     )
     run = asyncio.run(autoscale.run_autoscale(plan))
     fig = autoscale.figures(run.replicas, run.load_end)

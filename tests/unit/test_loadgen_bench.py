@@ -53,9 +53,23 @@ def bench(*args: str) -> Result:
 
 def small_run(server: str, out: Path, *extra: str) -> Result:
     return bench(
-        "--target", f"fast={server}/v1", "--target", f"slow={server}/slow/v1",
-        "--concurrency", "1,4", "--requests", "8", "--input-len", "6", "--output-len", "6",
-        "--stats-interval", "0.005", "--output", str(out), *extra,
+        "--target",
+        f"fast={server}/v1",
+        "--target",
+        f"slow={server}/slow/v1",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--input-len",
+        "6",
+        "--output-len",
+        "6",
+        "--stats-interval",
+        "0.005",
+        "--output",
+        str(out),
+        *extra,
     )
 
 
@@ -71,16 +85,29 @@ def test_comparison_run_writes_vllm_style_results(server: str, tmp_path: Path) -
         assert (result["completed"], result["failed"]) == (8, 0)
         assert result["total_output_tokens"] == 48
         assert result["request_goodput"] == pytest.approx(result["request_throughput"])
-        for key in ("request_throughput", "output_throughput", "total_token_throughput",
-                    "mean_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms"):
+        for key in (
+            "request_throughput",
+            "output_throughput",
+            "total_token_throughput",
+            "mean_ttft_ms",
+            "median_tpot_ms",
+            "p90_itl_ms",
+            "p99_e2el_ms",
+        ):
             assert result[key] > 0
     assert c4["results"]["fast"]["server"]["source"] == "health"
     assert c4["results"]["fast"]["server"]["max_running"] > 1  # the fake ran requests at once
     assert doc["levels"][0]["results"]["fast"]["server"]["max_running"] == 1
     assert c4["ratios"]["slow"]["output_throughput_ratio"] > 0
     assert doc["requirements"][0]["passed"] is True
-    for name in ("summary.md", "throughput.png", "latency.png", "server.png",
-                 "runs/c4-fast.json", "runs/c1-slow.json"):
+    for name in (
+        "summary.md",
+        "throughput.png",
+        "latency.png",
+        "server.png",
+        "runs/c4-fast.json",
+        "runs/c1-slow.json",
+    ):
         assert (tmp_path / name).stat().st_size > 0
     per_run = json.loads((tmp_path / "runs/c4-fast.json").read_text())
     assert per_run["max_concurrency"] == 4 and len(per_run["ttfts"]) == 8
@@ -88,8 +115,9 @@ def test_comparison_run_writes_vllm_style_results(server: str, tmp_path: Path) -
 
 
 def test_missed_requirement_exits_3_after_writing_the_report(server: str, tmp_path: Path) -> None:
-    run = small_run(server, tmp_path, "--concurrency", "2", "--require",
-                    "output_throughput_ratio>=1000")
+    run = small_run(
+        server, tmp_path, "--concurrency", "2", "--require", "output_throughput_ratio>=1000"
+    )
     assert run.exit_code == 3
     assert "MISS output_throughput_ratio>=1000" in run.output
     doc = json.loads((tmp_path / "result.json").read_text())
@@ -97,8 +125,20 @@ def test_missed_requirement_exits_3_after_writing_the_report(server: str, tmp_pa
 
 
 def test_failing_requests_are_reported_not_crashed_on(server: str, tmp_path: Path) -> None:
-    run = bench("--target", f"flaky={server}/flaky/v1", "--concurrency", "2", "--requests", "6",
-                "--input-len", "6", "--output-len", "3", "--output", str(tmp_path))
+    run = bench(
+        "--target",
+        f"flaky={server}/flaky/v1",
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--input-len",
+        "6",
+        "--output-len",
+        "3",
+        "--output",
+        str(tmp_path),
+    )
     assert run.exit_code == 0, run.output + run.stderr
     result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["flaky"]
     assert (result["completed"], result["failed"]) == (3, 3)
@@ -108,9 +148,22 @@ def test_failing_requests_are_reported_not_crashed_on(server: str, tmp_path: Pat
 
 def test_poisson_and_burst_scenarios_send_every_request(server: str, tmp_path: Path) -> None:
     for scenario, labels in (("poisson", ["r50", "r100"]), ("burst", ["burst"])):
-        run = bench("--target", f"fast={server}/v1", "--scenario", scenario, "--rate", "50,100",
-                    "--requests", "6", "--output-len", "2", "--prompts", "seed",
-                    "--output", str(tmp_path / scenario))
+        run = bench(
+            "--target",
+            f"fast={server}/v1",
+            "--scenario",
+            scenario,
+            "--rate",
+            "50,100",
+            "--requests",
+            "6",
+            "--output-len",
+            "2",
+            "--prompts",
+            "seed",
+            "--output",
+            str(tmp_path / scenario),
+        )
         assert run.exit_code == 0, run.output + run.stderr
         doc = json.loads((tmp_path / scenario / "result.json").read_text())
         assert [lv["label"] for lv in doc["levels"]] == labels
@@ -118,8 +171,22 @@ def test_poisson_and_burst_scenarios_send_every_request(server: str, tmp_path: P
 
 
 def test_chat_endpoint(server: str, tmp_path: Path) -> None:
-    run = bench("--target", f"fast={server}/v1", "--endpoint", "chat", "--concurrency", "2",
-                "--requests", "2", "--input-len", "6", "--output-len", "3", "--output", str(tmp_path))
+    run = bench(
+        "--target",
+        f"fast={server}/v1",
+        "--endpoint",
+        "chat",
+        "--concurrency",
+        "2",
+        "--requests",
+        "2",
+        "--input-len",
+        "6",
+        "--output-len",
+        "3",
+        "--output",
+        str(tmp_path),
+    )
     assert run.exit_code == 0, run.output + run.stderr
     result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["fast"]
     assert result["completed"] == 2 and result["total_output_tokens"] == 6
@@ -136,14 +203,17 @@ def test_chat_endpoint(server: str, tmp_path: Path) -> None:
         (["--model", "other"], 1, "does not serve model 'other'"),
     ],
 )
-def test_bad_input_is_one_error_line(server: str, tmp_path: Path, args: list[str], code: int,
-                                     message: str) -> None:
+def test_bad_input_is_one_error_line(
+    server: str, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     args = [str(empty) if a == "EMPTY" else a for a in args]
     run = bench("--target", f"fast={server}/v1", "--output", str(tmp_path / "out"), *args)
     assert run.exit_code == code
-    assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and message in run.stderr
+    assert (
+        run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and message in run.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -162,16 +232,34 @@ def test_bad_target_syntax() -> None:
 
 def test_peer_engine_arguments_become_vllm_flags() -> None:
     flags = peers.engine_cli_args(
-        {"dtype": "float32", "enforce_eager": True, "seed": None, "trust_remote_code": False,
-         "served_model_name": ["a", "b"], "max_num_seqs": 8}
+        {
+            "dtype": "float32",
+            "enforce_eager": True,
+            "seed": None,
+            "trust_remote_code": False,
+            "served_model_name": ["a", "b"],
+            "max_num_seqs": 8,
+        }
     )
-    assert flags == ["--dtype", "float32", "--enforce-eager", "--served-model-name", "a", "b",
-                     "--max-num-seqs", "8"]
+    assert flags == [
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--served-model-name",
+        "a",
+        "b",
+        "--max-num-seqs",
+        "8",
+    ]
 
 
 def test_ray_serve_llm_peer_gets_the_platform_engine_arguments(tmp_path: Path) -> None:
-    config = parse_config({"model": {"dtype": "float32", "max_model_len": 512},
-                           "vllm": {"max_ongoing_requests": 48, "engine": {"max_num_seqs": 8}}})
+    config = parse_config(
+        {
+            "model": {"dtype": "float32", "max_model_len": 512},
+            "vllm": {"max_ongoing_requests": 48, "engine": {"max_num_seqs": 8}},
+        }
+    )
     fields = peers.ray_llm_config(config, tmp_path, "default")
     assert fields["model_loading_config"] == {"model_id": "default", "model_source": str(tmp_path)}
     kwargs = fields["engine_kwargs"]
@@ -192,22 +280,40 @@ def test_ray_serve_llm_peer_needs_a_running_platform(monkeypatch: pytest.MonkeyP
     import serving.local
 
     monkeypatch.setattr(serving.local, "load_state", lambda: None)
-    with pytest.raises(peers.PeerError, match="llm-serving up"):
-        with peers.ray_llm_peer(parse_config({}), "default"):
-            pass
+    with (
+        pytest.raises(peers.PeerError, match="llm-serving up"),
+        peers.ray_llm_peer(parse_config({}), "default"),
+    ):
+        pass
 
 
 def completion_chunks(texts: list[str], completion_tokens: int) -> list[object]:
     from openai.types import Completion, CompletionChoice, CompletionUsage
 
     chunks: list[object] = [
-        Completion(id="c", object="text_completion", created=0, model="m",
-                   choices=[CompletionChoice(index=0, text=t, finish_reason="length")])
+        Completion(
+            id="c",
+            object="text_completion",
+            created=0,
+            model="m",
+            choices=[CompletionChoice(index=0, text=t, finish_reason="length")],
+        )
         for t in texts
     ]
-    chunks.append(Completion(id="c", object="text_completion", created=0, model="m", choices=[],
-                             usage=CompletionUsage(prompt_tokens=3, completion_tokens=completion_tokens,
-                                                   total_tokens=3 + completion_tokens)))
+    chunks.append(
+        Completion(
+            id="c",
+            object="text_completion",
+            created=0,
+            model="m",
+            choices=[],
+            usage=CompletionUsage(
+                prompt_tokens=3,
+                completion_tokens=completion_tokens,
+                total_tokens=3 + completion_tokens,
+            ),
+        )
+    )
     return chunks
 
 
@@ -216,11 +322,14 @@ async def replay(chunks: list[object]) -> AsyncIterator[object]:
         yield chunk
 
 
-@pytest.mark.parametrize(("texts", "tokens", "success", "status"), [
-    (["a", "b"], 2, True, "ok"),
-    (["", ""], 2, True, "ok"),  # special tokens only: work done, no text
-    ([], 0, False, "empty"),
-])
+@pytest.mark.parametrize(
+    ("texts", "tokens", "success", "status"),
+    [
+        (["a", "b"], 2, True, "ok"),
+        (["", ""], 2, True, "ok"),  # special tokens only: work done, no text
+        ([], 0, False, "empty"),
+    ],
+)
 async def test_a_stream_succeeds_when_it_carried_text_or_counted_tokens(
     texts: list[str], tokens: int, success: bool, status: str
 ) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from click.testing import CliRunner
 
 from serving.api.routes import build_openai_app
@@ -114,11 +113,32 @@ def test_a_target_may_name_its_model() -> None:
 @pytest.mark.parametrize("workload", ["multi-turn", "shared-prefix"])
 def test_bench_runs_chat_workloads_end_to_end(workload: str, tmp_path: Path) -> None:
     with serve_on_loopback(build_openai_app(FakeEngine(delay_s=0.001))) as url:
-        run = CliRunner().invoke(main, [
-            "bench", "--target", f"fake={url}/v1", "--endpoint", "chat", "--prompts", workload,
-            "--turns", "3", "--prefix-len", "8", "--concurrency", "2", "--requests", "6",
-            "--input-len", "4", "--output-len", "2", "--output", str(tmp_path),
-        ])
+        run = CliRunner().invoke(
+            main,
+            [
+                "bench",
+                "--target",
+                f"fake={url}/v1",
+                "--endpoint",
+                "chat",
+                "--prompts",
+                workload,
+                "--turns",
+                "3",
+                "--prefix-len",
+                "8",
+                "--concurrency",
+                "2",
+                "--requests",
+                "6",
+                "--input-len",
+                "4",
+                "--output-len",
+                "2",
+                "--output",
+                str(tmp_path),
+            ],
+        )
     assert run.exit_code == 0, run.output
     result = json.loads((tmp_path / "result.json").read_text())["levels"][0]["results"]["fake"]
     assert result["completed"] == 6

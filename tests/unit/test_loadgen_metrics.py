@@ -8,23 +8,54 @@ from serving.loadgen import metrics
 from serving.loadgen.client import NOT_STARTED, RequestResult
 
 VLLM_FIELDS = {
-    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
     "max_concurrent_requests",
-    *(f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-      for stat in ("mean", "median", "std", "p90", "p99")),
+    *(
+        f"{stat}_{m}_ms"
+        for m in ("ttft", "tpot", "itl", "e2el")
+        for stat in ("mean", "median", "std", "p90", "p99")
+    ),
 }
 
 
 def recorded() -> list[RequestResult]:
     """Three answers of 5 tokens (4 gaps each), one HTTP 503, one request never started."""
     return [
-        RequestResult(True, prompt_len=10, output_tokens=5, ttft=0.1, itl=[0.01] * 4,
-                      latency=0.14, start_time=0.0),
-        RequestResult(True, prompt_len=20, output_tokens=5, ttft=0.2, itl=[0.02] * 4,
-                      latency=0.28, start_time=0.05),
-        RequestResult(True, prompt_len=30, output_tokens=5, ttft=0.3, itl=[0.03] * 4,
-                      latency=0.42, start_time=1.0),
+        RequestResult(
+            True,
+            prompt_len=10,
+            output_tokens=5,
+            ttft=0.1,
+            itl=[0.01] * 4,
+            latency=0.14,
+            start_time=0.0,
+        ),
+        RequestResult(
+            True,
+            prompt_len=20,
+            output_tokens=5,
+            ttft=0.2,
+            itl=[0.02] * 4,
+            latency=0.28,
+            start_time=0.05,
+        ),
+        RequestResult(
+            True,
+            prompt_len=30,
+            output_tokens=5,
+            ttft=0.3,
+            itl=[0.03] * 4,
+            latency=0.42,
+            start_time=1.0,
+        ),
         RequestResult(False, status="http_503", error="queue full", latency=0.01, start_time=0.1),
         RequestResult(False, status=NOT_STARTED),
     ]
@@ -71,7 +102,9 @@ def test_summary_latency_distributions_in_ms() -> None:
 
 
 def test_goodput_counts_requests_within_every_slo() -> None:
-    assert metrics.summarize(recorded(), 2.0, {"ttft": 250})["request_goodput"] == pytest.approx(1.0)
+    assert metrics.summarize(recorded(), 2.0, {"ttft": 250})["request_goodput"] == pytest.approx(
+        1.0
+    )
     both = metrics.summarize(recorded(), 2.0, {"ttft": 250, "tpot": 15})
     assert both["request_goodput"] == pytest.approx(0.5)
     assert metrics.summarize(recorded(), 2.0, {"e2el": 1})["request_goodput"] == 0
@@ -79,8 +112,10 @@ def test_goodput_counts_requests_within_every_slo() -> None:
 
 def test_max_concurrent_sweeps_start_and_end_times() -> None:
     assert metrics.max_concurrent(recorded()[:3]) == 2
-    back_to_back = [RequestResult(True, start_time=0, latency=1),
-                    RequestResult(True, start_time=1, latency=1)]
+    back_to_back = [
+        RequestResult(True, start_time=0, latency=1),
+        RequestResult(True, start_time=1, latency=1),
+    ]
     assert metrics.max_concurrent(back_to_back) == 1
 
 

@@ -35,8 +35,15 @@ def test_a_request_asks_for_its_own_model() -> None:
 
 
 def done(model: str, ttft: float) -> RequestResult:
-    return RequestResult(True, prompt_len=10, output_tokens=4, ttft=ttft, itl=[0.01] * 3,
-                         latency=ttft + 0.03, model=model)
+    return RequestResult(
+        True,
+        prompt_len=10,
+        output_tokens=4,
+        ttft=ttft,
+        itl=[0.01] * 3,
+        latency=ttft + 0.03,
+        model=model,
+    )
 
 
 def test_the_summary_and_report_break_figures_down_per_model() -> None:

@@ -9,19 +9,39 @@ from serving.loadgen import require as rq
 
 def document() -> dict:
     def result(throughput: float, ttft: float, running: int | None) -> dict:
-        return {"output_throughput": throughput, "median_ttft_ms": ttft,
-                "server": {"max_running": running, "batching": None}}
+        return {
+            "output_throughput": throughput,
+            "median_ttft_ms": ttft,
+            "server": {"max_running": running, "batching": None},
+        }
 
     return {
         "targets": [{"name": "vllm"}, {"name": "hf"}, {"name": "peer"}],
         "levels": [
-            {"label": "c1", "results": {"vllm": result(10, 5, 1), "hf": result(8, 6, 1),
-                                        "peer": result(10, 4, None)},
-             "ratios": {"hf": {"output_throughput_ratio": 1.25}, "peer": {"output_throughput_ratio": 1.0}}},
-            {"label": "c4", "results": {"vllm": result(40, 9, 4), "hf": result(10, 30, 1),
-                                        "peer": result(40, 8, None)},
-             "ratios": {"hf": {"output_throughput_ratio": 4.0, "median_ttft_ms_diff": -21.0},
-                        "peer": {"output_throughput_ratio": None}}},
+            {
+                "label": "c1",
+                "results": {
+                    "vllm": result(10, 5, 1),
+                    "hf": result(8, 6, 1),
+                    "peer": result(10, 4, None),
+                },
+                "ratios": {
+                    "hf": {"output_throughput_ratio": 1.25},
+                    "peer": {"output_throughput_ratio": 1.0},
+                },
+            },
+            {
+                "label": "c4",
+                "results": {
+                    "vllm": result(40, 9, 4),
+                    "hf": result(10, 30, 1),
+                    "peer": result(40, 8, None),
+                },
+                "ratios": {
+                    "hf": {"output_throughput_ratio": 4.0, "median_ttft_ms_diff": -21.0},
+                    "peer": {"output_throughput_ratio": None},
+                },
+            },
         ],
     }
 
@@ -33,8 +53,15 @@ def check(text: str) -> rq.Check:
 def test_parse_full_form() -> None:
     req = rq.parse_requirement(" hf.output_throughput_ratio@c16 >= 3 ")
     assert (req.target, req.metric, req.level, req.op, req.threshold) == (
-        "hf", "output_throughput_ratio", "c16", ">=", 3.0)
-    assert rq.parse_requirement("mean_ttft_ms@8<1e3").level == "c8"  # a bare number is a concurrency
+        "hf",
+        "output_throughput_ratio",
+        "c16",
+        ">=",
+        3.0,
+    )
+    assert (
+        rq.parse_requirement("mean_ttft_ms@8<1e3").level == "c8"
+    )  # a bare number is a concurrency
 
 
 @pytest.mark.parametrize("bad", ["output_throughput_ratio", "x >= fast", ">= 3", "a=>3", "a>=3 b"])
@@ -49,9 +76,13 @@ def test_split_accepts_commas_and_repeats() -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("throughput_ratio>=3", "unknown metric"), ("output_throughput_diff>=3", "_ms fields only"),
-     ("tgi.output_throughput>=1", "no target"), ("output_throughput@c64>=1", "no level"),
-     ("vllm.output_throughput_ratio>=1", "another target")],
+    [
+        ("throughput_ratio>=3", "unknown metric"),
+        ("output_throughput_diff>=3", "_ms fields only"),
+        ("tgi.output_throughput>=1", "no target"),
+        ("output_throughput@c64>=1", "no level"),
+        ("vllm.output_throughput_ratio>=1", "another target"),
+    ],
 )
 def test_validate_fails_before_the_run(text: str, message: str) -> None:
     with pytest.raises(rq.RequireError, match=message):
@@ -64,8 +95,14 @@ def test_validate_needs_two_targets_for_a_ratio() -> None:
 
 
 def test_validate_accepts_known_metrics() -> None:
-    texts = ["output_throughput_ratio>=3", "p99_itl_ms<100", "max_running@c4>1",
-             "median_ttft_ms_diff<=10", "request_goodput>0", "hf.completed==8"]
+    texts = [
+        "output_throughput_ratio>=3",
+        "p99_itl_ms<100",
+        "max_running@c4>1",
+        "median_ttft_ms_diff<=10",
+        "request_goodput>0",
+        "hf.completed==8",
+    ]
     rq.validate([rq.parse_requirement(t) for t in texts], ["vllm", "hf"], ["c1", "c4"])
 
 

@@ -27,12 +27,16 @@ def test_gauges_are_summed_over_label_sets() -> None:
     # a metric whose name only starts like a wanted one is not added in
     longer = PROMETHEUS_TEXT + "vllm:num_requests_running_max 40.0\n"
     assert server_stats.gauge_sums(longer, {"vllm:num_requests_running"}) == {
-        "vllm:num_requests_running": 5.0}
+        "vllm:num_requests_running": 5.0
+    }
 
 
 def test_summary_says_whether_batching_happened() -> None:
-    samples = [server_stats.Sample(0.0, 1, 0), server_stats.Sample(0.1, 4, 2),
-               server_stats.Sample(0.2, 2, 0)]
+    samples = [
+        server_stats.Sample(0.0, 1, 0),
+        server_stats.Sample(0.1, 4, 2),
+        server_stats.Sample(0.2, 2, 0),
+    ]
     summary = server_stats.summarize_samples("health", samples)
     assert (summary["max_running"], summary["max_waiting"], summary["batching"]) == (4, 2, True)
     assert summary["timeline"][1] == [0.1, 4, 2]
@@ -55,20 +59,36 @@ def test_target_origin_is_where_health_lives() -> None:
 
 def test_peer_gets_the_platforms_engine_arguments() -> None:
     config = PlatformConfig.model_validate(
-        {"model": {"ref": "tiny-qwen2", "max_model_len": 1024, "dtype": "float32"},
-         "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32}}}
+        {
+            "model": {"ref": "tiny-qwen2", "max_model_len": 1024, "dtype": "float32"},
+            "vllm": {"engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32}},
+        }
     )
     command = peers.vllm_peer_command(config, Path("/models/tiny"), "tiny-qwen2", 9999)
     assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(command)
-    for flag in ("--host 127.0.0.1", "--port 9999", "--model /models/tiny",
-                 "--served-model-name tiny-qwen2", "--dtype float32", "--max-model-len 1024",
-                 "--max-num-seqs 32", f"--kv-cache-memory-bytes {int(0.25 * 1024**3)}",
-                 "--distributed-executor-backend uni", "--enforce-eager"):
+    for flag in (
+        "--host 127.0.0.1",
+        "--port 9999",
+        "--model /models/tiny",
+        "--served-model-name tiny-qwen2",
+        "--dtype float32",
+        "--max-model-len 1024",
+        "--max-num-seqs 32",
+        f"--kv-cache-memory-bytes {int(0.25 * 1024**3)}",
+        "--distributed-executor-backend uni",
+        "--enforce-eager",
+    ):
         assert flag in joined
     assert "--max-num-batched-tokens" not in joined  # unset: vLLM's own default, as the platform
 
 
 def test_engine_cli_args_flags() -> None:
     assert peers.engine_cli_args({"a_b": True, "c": False, "d": None, "e": [1, 2], "f": 0.5}) == [
-        "--a-b", "--e", "1", "2", "--f", "0.5"]
+        "--a-b",
+        "--e",
+        "1",
+        "2",
+        "--f",
+        "0.5",
+    ]

@@ -9,23 +9,32 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from serving.cli import main
 from serving.loadgen import soak
 from serving.loadgen.client import RequestOptions, RequestResult, Target
 from serving.loadgen.workloads import RequestSpec
-from serving.cli import main
 
 
 def plan(bound_mb: float = 100.0) -> soak.SoakPlan:
     return soak.SoakPlan(
-        Target("platform", "http://127.0.0.1:1/v1"), "http://127.0.0.1:2", "tiny",
-        [RequestSpec("hi", 4)], RequestOptions("tiny"), concurrency=2, duration_s=40.0,
-        warmup_s=10.0, interval_s=1.0, max_growth_mb=bound_mb,
+        Target("platform", "http://127.0.0.1:1/v1"),
+        "http://127.0.0.1:2",
+        "tiny",
+        [RequestSpec("hi", 4)],
+        RequestOptions("tiny"),
+        concurrency=2,
+        duration_s=40.0,
+        warmup_s=10.0,
+        interval_s=1.0,
+        max_growth_mb=bound_mb,
     )
 
 
 def run(leak_mb_per_s: float, failed: int = 0) -> soak.SoakRun:
     replicas = (("vllm/VLLMServer/a", 900.0, leak_mb_per_s), ("hf/HFBaseline/b", 400.0, 0.0))
-    samples = [(float(t), name, base + leak * t) for t in range(40) for name, base, leak in replicas]
+    samples = [
+        (float(t), name, base + leak * t) for t in range(40) for name, base, leak in replicas
+    ]
     results = [RequestResult(success=True, output_tokens=4) for _ in range(20)]
     results += [RequestResult(success=False, status="http_503") for _ in range(failed)]
     return soak.SoakRun(results, samples, elapsed_s=40.0)
@@ -34,12 +43,19 @@ def run(leak_mb_per_s: float, failed: int = 0) -> soak.SoakRun:
 def test_steady_memory_and_no_failure_passes(tmp_path: Path) -> None:
     document = soak.soak_document(plan(), run(leak_mb_per_s=0.0))
     assert document["passed"] and document["memory_held"]
-    assert document["requests"] == {"completed": 20, "failed": 0, "failures": {},
-                                    "output_tokens": 80, "request_throughput": 0.5}
+    assert document["requests"] == {
+        "completed": 20,
+        "failed": 0,
+        "failures": {},
+        "output_tokens": 80,
+        "request_throughput": 0.5,
+    }
     soak.write_soak_report(document, tmp_path)
     written = json.loads((tmp_path / "result.json").read_text())
     assert written["replicas"][0]["replica"] == "hf/HFBaseline/b"
-    assert "| vllm/VLLMServer/a | 40 | 900.0 | 900.0 | 0.0 |" in (tmp_path / "summary.md").read_text()
+    assert (
+        "| vllm/VLLMServer/a | 40 | 900.0 | 900.0 | 0.0 |" in (tmp_path / "summary.md").read_text()
+    )
     assert (tmp_path / "memory.png").stat().st_size > 5_000
 
 
@@ -52,16 +68,52 @@ def test_growth_beyond_the_bound_or_a_failed_request_fails() -> None:
     assert failing["requests"]["failures"] == {"http_503": 2}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--scenario", "soak"], "needs --duration"),
-    (["--scenario", "soak", "--duration", "10", "--warmup", "10",
-      "--target", "a=http://127.0.0.1:1/v1"], "must be shorter than --duration"),
-    (["--scenario", "soak", "--duration", "10", "--target", "a=http://127.0.0.1:1/v1",
-      "--target", "b=http://127.0.0.1:1/v1"], "one --target"),
-    (["--scenario", "soak", "--duration", "10", "--require", "x>1"], "--require"),
-    (["--scenario", "soak", "--duration", "10", "--target", "a=http://127.0.0.1:1/v1",
-      "--dashboard", "http://10.1.2.3:8265"], "loopback"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scenario", "soak"], "needs --duration"),
+        (
+            [
+                "--scenario",
+                "soak",
+                "--duration",
+                "10",
+                "--warmup",
+                "10",
+                "--target",
+                "a=http://127.0.0.1:1/v1",
+            ],
+            "must be shorter than --duration",
+        ),
+        (
+            [
+                "--scenario",
+                "soak",
+                "--duration",
+                "10",
+                "--target",
+                "a=http://127.0.0.1:1/v1",
+                "--target",
+                "b=http://127.0.0.1:1/v1",
+            ],
+            "one --target",
+        ),
+        (["--scenario", "soak", "--duration", "10", "--require", "x>1"], "--require"),
+        (
+            [
+                "--scenario",
+                "soak",
+                "--duration",
+                "10",
+                "--target",
+                "a=http://127.0.0.1:1/v1",
+                "--dashboard",
+                "http://10.1.2.3:8265",
+            ],
+            "loopback",
+        ),
+    ],
+)
 def test_bad_soak_input_is_one_error_line(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["bench", *args])
     assert result.exit_code == 2, result.output

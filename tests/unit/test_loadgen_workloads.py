@@ -19,7 +19,9 @@ def test_gamma_arrivals_are_deterministic_for_a_seed() -> None:
 
 
 def test_gamma_arrivals_keep_the_rate_and_burstiness_sets_the_spread() -> None:
-    gaps = {b: np.diff(wl.gamma_arrivals(4000, rate=5.0, burstiness=b, seed=1)) for b in (0.25, 1, 4)}
+    gaps = {
+        b: np.diff(wl.gamma_arrivals(4000, rate=5.0, burstiness=b, seed=1)) for b in (0.25, 1, 4)
+    }
     for spread in gaps.values():
         assert spread.mean() == pytest.approx(0.2, rel=0.1)
     cv = {b: g.std() / g.mean() for b, g in gaps.items()}  # gamma: cv = 1/sqrt(shape)
@@ -103,9 +105,12 @@ def test_jsonl_prompts(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "has no prompts"), ("{\"prompt\": \"a\"}\nnot json\n", ":2: not JSON"),
-     ('{"text": "a"}\n', "non-empty string field 'prompt'"),
-     ('{"prompt": "a", "output_len": 0}\n', "positive integer")],
+    [
+        ("", "has no prompts"),
+        ('{"prompt": "a"}\nnot json\n', ":2: not JSON"),
+        ('{"text": "a"}\n', "non-empty string field 'prompt'"),
+        ('{"prompt": "a", "output_len": 0}\n', "positive integer"),
+    ],
 )
 def test_bad_jsonl_prompt_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "p.jsonl"

@@ -16,14 +16,15 @@ from tests.unit.loopback import free_port, serve_on_loopback
 TRACEBACK = (
     "The deployment failed to start 1 times in a row. This may be due to a problem with its "
     "constructor or initial health check failing. See controller logs for details. Error:\n"
-    "Traceback (most recent call last):\n  File \"hf.py\", line 195, in load\n    model = x()\n"
+    'Traceback (most recent call last):\n  File "hf.py", line 195, in load\n    model = x()\n'
     "RuntimeError: Error(s) in loading state_dict: size mismatch for mlp.up_proj.weight\n\n"
 )
 
 
 def status(app_status: str, **deployments: tuple[str, str]) -> SimpleNamespace:
     return SimpleNamespace(
-        status=app_status, message="Failed to update the deployments.",
+        status=app_status,
+        message="Failed to update the deployments.",
         deployments={
             name: SimpleNamespace(status=s, message=m) for name, (s, m) in deployments.items()
         },
@@ -66,6 +67,7 @@ def test_replicas_drain_open_requests_before_they_stop() -> None:
 
 # -- deploying and re-deploying: the RayService's Serve config, PUT to the dashboard -------------
 
+
 def deployed_document(config, monkeypatch) -> dict:
     """The document `local.deploy` sends, captured instead of PUT (no Ray here)."""
     sent: dict = {}
@@ -90,8 +92,12 @@ def test_local_deploy_sends_the_rayservice_serve_config(monkeypatch) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"analysis": {"enabled": False}}, {"hf": {"mode": "kv-cache"}},
-     {"vllm": {"autoscaling": {"max_replicas": 3}}}, {"vllm": {"max_ongoing_requests": 64}}],
+    [
+        {"analysis": {"enabled": False}},
+        {"hf": {"mode": "kv-cache"}},
+        {"vllm": {"autoscaling": {"max_replicas": 3}}},
+        {"vllm": {"max_ongoing_requests": 64}},
+    ],
     ids=["analysis-off", "hf-mode", "max-replicas", "max-ongoing"],
 )
 def test_a_change_outside_vllms_args_keeps_its_args(monkeypatch, change: dict) -> None:
@@ -137,11 +143,12 @@ def test_put_waits_for_the_dashboard_then_sends_the_document() -> None:
 
 def test_a_refused_config_is_one_line_with_serves_reason() -> None:
     refusal = (
-        "Traceback (most recent call last):\n  ...\n"
-        "ValueError: route_prefix must start with /"
+        "Traceback (most recent call last):\n  ...\nValueError: route_prefix must start with /"
     )
-    with serve_on_loopback(Dashboard([(400, refusal)]).app) as url, \
-            pytest.raises(local.PlatformError) as err:
+    with (
+        serve_on_loopback(Dashboard([(400, refusal)]).app) as url,
+        pytest.raises(local.PlatformError) as err,
+    ):
         local.put_serve_config(url, {}, timeout_s=30)
     assert str(err.value) == (
         "deployment failed: Serve refused the config: ValueError: route_prefix must start with /"

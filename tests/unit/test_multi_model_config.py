@@ -16,10 +16,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "serving" / "examples" / "multi-
 
 
 def two_models(**first: object) -> dict:
-    return {"models": [
-        {"name": "small", "model": {"ref": "tiny-qwen2"}, **first},
-        {"name": "other", "model": {"ref": "default", "dtype": "float32"}},
-    ]}
+    return {
+        "models": [
+            {"name": "small", "model": {"ref": "tiny-qwen2"}, **first},
+            {"name": "other", "model": {"ref": "default", "dtype": "float32"}},
+        ]
+    }
 
 
 def test_a_name_used_twice_fails_naming_the_entry() -> None:
@@ -66,8 +68,9 @@ def test_a_change_to_one_model_leaves_the_other_models_app_as_it_was() -> None:
 
 
 def test_adapters_become_vllms_lora_options() -> None:
-    config = parse_config(two_models(
-        adapters=[{"name": "sql", "path": "/adapters/sql"}], max_adapters=2))
+    config = parse_config(
+        two_models(adapters=[{"name": "sql", "path": "/adapters/sql"}], max_adapters=2)
+    )
     options = server_options(config.platform_of("small"), "/models/tiny")
     assert options["enable_lora"] is True and options["max_loras"] == 2
     assert options["lora_modules"] == ['{"name": "sql", "path": "/adapters/sql"}']
@@ -77,7 +80,9 @@ def test_adapters_become_vllms_lora_options() -> None:
 
 def test_vllm_refusing_one_models_options_names_the_entry() -> None:
     config = parse_config(two_models(args={"no_such_option": 1}))
-    with pytest.raises(ServerArgsError, match=r"models\[0\] \(small\): vllm.args: .*no-such-option"):
+    with pytest.raises(
+        ServerArgsError, match=r"models\[0\] \(small\): vllm.args: .*no-such-option"
+    ):
         check_server_args(config)
 
 
@@ -99,8 +104,9 @@ def test_the_multi_model_example_ships_and_renders() -> None:
 
 
 def test_behind_the_router_adapters_load_on_demand_not_at_start() -> None:
-    config = parse_config(two_models(adapters=[{"name": "sql", "path": "/adapters/sql"}],
-                                     max_adapters=3)).platform_of("small")
+    config = parse_config(
+        two_models(adapters=[{"name": "sql", "path": "/adapters/sql"}], max_adapters=3)
+    ).platform_of("small")
     on_demand = server_options(config, "/models/tiny", preload_adapters=False)
     assert "lora_modules" not in on_demand
     assert on_demand["enable_lora"] and on_demand["max_loras"] == on_demand["max_cpu_loras"] == 3

@@ -25,12 +25,22 @@ NOW = "2026-01-01T00:00:00Z"
 # run, Serve reports the second app DEPLOYING with its deployment's message.
 RAYSERVICE_STATUS: dict[str, Any] = {
     "conditions": [
-        {"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints",
-         "message": "Number of serve endpoints is greater than 0",
-         "lastTransitionTime": NOW, "observedGeneration": 1},
-        {"type": "UpgradeInProgress", "status": "False", "reason": "NoPendingCluster",
-         "message": "No pending cluster exists", "lastTransitionTime": NOW,
-         "observedGeneration": 1},
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "NonZeroServeEndpoints",
+            "message": "Number of serve endpoints is greater than 0",
+            "lastTransitionTime": NOW,
+            "observedGeneration": 1,
+        },
+        {
+            "type": "UpgradeInProgress",
+            "status": "False",
+            "reason": "NoPendingCluster",
+            "message": "No pending cluster exists",
+            "lastTransitionTime": NOW,
+            "observedGeneration": 1,
+        },
     ],
     "serviceStatus": "Running",
     "numServeEndpoints": 1,
@@ -38,18 +48,27 @@ RAYSERVICE_STATUS: dict[str, Any] = {
     "activeServiceStatus": {
         "rayClusterName": "team-models-7xk2p",
         "applicationStatuses": {
-            "vllm": {"status": "RUNNING",
-                     "serveDeploymentStatuses": {"ModelRouter": {"status": "HEALTHY"}}},
-            "vllm-qwen": {"status": "RUNNING", "serveDeploymentStatuses": {
-                "ModelEntry": {"status": "HEALTHY"}, "VLLMServer": {"status": "HEALTHY"}}},
+            "vllm": {
+                "status": "RUNNING",
+                "serveDeploymentStatuses": {"ModelRouter": {"status": "HEALTHY"}},
+            },
+            "vllm-qwen": {
+                "status": "RUNNING",
+                "serveDeploymentStatuses": {
+                    "ModelEntry": {"status": "HEALTHY"},
+                    "VLLMServer": {"status": "HEALTHY"},
+                },
+            },
             "vllm-qwen-1.5b": {
                 "status": "DEPLOYING",
                 "message": "Deploying app 'vllm-qwen-1.5b'.",
-                "serveDeploymentStatuses": {"VLLMServer": {
-                    "status": "UPDATING",
-                    "message": "Deployment 'VLLMServer' in application 'vllm-qwen-1.5b' has 1 "
-                    "replicas that have taken more than 30s to initialize.",
-                }},
+                "serveDeploymentStatuses": {
+                    "VLLMServer": {
+                        "status": "UPDATING",
+                        "message": "Deployment 'VLLMServer' in application 'vllm-qwen-1.5b' has 1 "
+                        "replicas that have taken more than 30s to initialize.",
+                    }
+                },
             },
         },
     },
@@ -113,8 +132,10 @@ def test_every_models_gpu_replicas_count_against_the_workers() -> None:
         parse_spec(spec(workers={"min": 1, "max": 2}))
 
 
-@pytest.mark.skipif(not (CRD_DIR / "ray.io_rayservices.yaml").is_file(),
-                    reason="KubeRay CRD schemas not found in ../shared/reference/crds")
+@pytest.mark.skipif(
+    not (CRD_DIR / "ray.io_rayservices.yaml").is_file(),
+    reason="KubeRay CRD schemas not found in ../shared/reference/crds",
+)
 def test_rendered_rayservice_and_kuberays_status_validate_against_kuberays_crd() -> None:
     from tests.k8s.schemas import crd_errors
 
@@ -135,8 +156,13 @@ def test_status_reports_each_models_serve_application() -> None:
     result = observed(RAYSERVICE_STATUS)
     assert result["models"] == [
         {"name": "qwen", "app": "vllm-qwen", "status": "RUNNING", "ready": True},
-        {"name": "qwen-1.5b", "app": "vllm-qwen-1.5b", "status": "DEPLOYING", "ready": False,
-         "message": "Deploying app 'vllm-qwen-1.5b'."},
+        {
+            "name": "qwen-1.5b",
+            "app": "vllm-qwen-1.5b",
+            "status": "DEPLOYING",
+            "ready": False,
+            "message": "Deploying app 'vllm-qwen-1.5b'.",
+        },
     ]
     assert result["modelsReady"] == "1/2" and result["model"] == "qwen,qwen-1.5b"
     # Replicas and queue count the models' vLLM replicas, never the router's or the baseline's.
@@ -146,7 +172,8 @@ def test_status_reports_each_models_serve_application() -> None:
 def test_models_without_a_reported_app_are_not_ready() -> None:
     result = observed(None)
     assert [(m["name"], m["ready"], "status" in m) for m in result["models"]] == [
-        ("qwen", False, False), ("qwen-1.5b", False, False),
+        ("qwen", False, False),
+        ("qwen-1.5b", False, False),
     ]
     assert result["modelsReady"] == "0/2"
 

@@ -45,7 +45,10 @@ def test_steps_add_up_and_empty_steps_are_skipped() -> None:
 
 
 def test_hit_rate_of_engine_stats() -> None:
-    assert EngineStats(0, 0, prefix_cache_queries=200, prefix_cache_hits=50).prefix_cache_hit_rate == 0.25
+    assert (
+        EngineStats(0, 0, prefix_cache_queries=200, prefix_cache_hits=50).prefix_cache_hit_rate
+        == 0.25
+    )
     assert EngineStats(0, 0).prefix_cache_hit_rate is None
 
 
@@ -67,9 +70,13 @@ def test_adapter_loads_during_a_run_are_the_counter_differences(
     )
     before = {("a", "m", "r1"): 2.0, ("b", "m", "r2"): 1.0}
     monkeypatch.setattr(server_counters, "EXPORT_LAG_S", 0.0)
-    monkeypatch.setattr(server_counters, "read_adapter_loads",
-                        lambda url: server_counters.counter_values(
-                            page, server_counters.ADAPTER_LOADS, ("adapter", "model", "replica")))
+    monkeypatch.setattr(
+        server_counters,
+        "read_adapter_loads",
+        lambda url: server_counters.counter_values(
+            page, server_counters.ADAPTER_LOADS, ("adapter", "model", "replica")
+        ),
+    )
     rows = server_counters.loads_during(before, "http://127.0.0.1:1/metrics")
     assert rows == [{"adapter": "a", "model": "m", "replica": "r1", "loads": 1}]
     assert server_counters.loads_during(None, "http://127.0.0.1:1/metrics") is None

@@ -3,9 +3,8 @@ PlatformConfig, a chart value or a CLI command that changed without regenerating
 
 from __future__ import annotations
 
-from typing import get_args, get_origin
-
 from pathlib import Path
+from typing import get_args, get_origin
 
 from click.testing import CliRunner
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 from serving.config import parse_config
 from serving.k8s import serve_config
 from serving.routing import (
+    SESSION_IDLE_S,
     LoadAwareRouter,
     PrefixAffinityRouter,
     RandomRouter,
-    SESSION_IDLE_S,
     RoutingHint,
     SessionAffinityRouter,
     SessionTable,
@@ -34,15 +34,22 @@ def choose(candidates: list[SimpleNamespace], hint: RoutingHint | None) -> list[
 
 
 def test_each_policy_is_its_deployments_request_router() -> None:
-    models = [{"name": "a", "routing": "prefix_cache"}, {"name": "b", "routing": "session"},
-              {"name": "c"}]
-    apps = {a["name"]: a for a in serve_config(parse_config({"models": models}), "127.0.0.1")[
-        "applications"]}
+    models = [
+        {"name": "a", "routing": "prefix_cache"},
+        {"name": "b", "routing": "session"},
+        {"name": "c"},
+    ]
+    apps = {
+        a["name"]: a
+        for a in serve_config(parse_config({"models": models}), "127.0.0.1")["applications"]
+    }
     options = {name: apps[f"vllm-{name}"]["deployments"][0] for name in "abc"}
     assert options["a"]["request_router_config"]["request_router_class"] == (
-        "serving.routing:PrefixAffinityRouter")
+        "serving.routing:PrefixAffinityRouter"
+    )
     assert options["b"]["request_router_config"]["request_router_class"] == (
-        "serving.routing:SessionAffinityRouter")
+        "serving.routing:SessionAffinityRouter"
+    )
     assert "request_router_config" not in options["c"]
 
 
@@ -83,7 +90,9 @@ class FakeTree:
     def __init__(self, matched: str, tenants: list[str] | None) -> None:
         self.prefix_match = SimpleNamespace(remote=lambda text, ids: self.answer(matched, tenants))
         self.inserted: list[tuple[str, str]] = []
-        self.insert = SimpleNamespace(remote=lambda text, rid, at: self.inserted.append((text, rid)))
+        self.insert = SimpleNamespace(
+            remote=lambda text, rid, at: self.inserted.append((text, rid))
+        )
 
     async def answer(self, matched: str, tenants: list[str] | None):
         return matched, tenants
@@ -104,12 +113,18 @@ def full_ids(candidates: list) -> list:
 def test_a_prompt_matching_a_replica_goes_there_and_no_match_goes_by_two_choices() -> None:
     request = SimpleNamespace(args=[{}, b"", RoutingHint("hello world, how are you")])
     candidates = full_ids(replicas(2))
-    chosen = asyncio.run(prefix_router(FakeTree("hello world", ["r1"]))
-                         ._prefix_match_best_replicas(request, candidates))
+    chosen = asyncio.run(
+        prefix_router(FakeTree("hello world", ["r1"]))._prefix_match_best_replicas(
+            request, candidates
+        )
+    )
     assert chosen == [[candidates[1]]]
     for matched, tenants in (("h", ["r1"]), ("", None)):  # under 10 % of the prompt, or nothing
-        chosen = asyncio.run(prefix_router(FakeTree(matched, tenants))
-                             ._prefix_match_best_replicas(request, candidates))
+        chosen = asyncio.run(
+            prefix_router(FakeTree(matched, tenants))._prefix_match_best_replicas(
+                request, candidates
+            )
+        )
         assert chosen == [[]]  # Ray's choose_replicas then takes its power-of-two choice
 
 
@@ -154,8 +169,9 @@ def loaded_replica(name: str, stats: dict, limit: int = 8) -> SimpleNamespace:
     return SimpleNamespace(replica_id=name, routing_stats=stats, max_ongoing_requests=limit)
 
 
-def load_aware_ranks(candidates: list[SimpleNamespace], ongoing: dict[str, int],
-                     holders: set[str] | None = None) -> list[str]:
+def load_aware_ranks(
+    candidates: list[SimpleNamespace], ongoing: dict[str, int], holders: set[str] | None = None
+) -> list[str]:
     router = LoadAwareRouter.__new__(LoadAwareRouter)  # no Serve state but these two
     router._replica_queue_len_cache = SimpleNamespace(get=ongoing.get)
     router.apply_multiplex_routing = lambda pending_request: holders
@@ -172,8 +188,10 @@ def test_load_score_weighs_queue_share_and_kv_cache_use_alike() -> None:
 
 
 def test_load_aware_prefers_fewer_requests_then_shorter_contexts() -> None:
-    short, long_ = loaded_replica("short", {"kv_cache_usage": 0.1}), loaded_replica(
-        "long", {"kv_cache_usage": 0.7})
+    short, long_ = (
+        loaded_replica("short", {"kv_cache_usage": 0.1}),
+        loaded_replica("long", {"kv_cache_usage": 0.7}),
+    )
     assert load_aware_ranks([long_, short], {"short": 2, "long": 2}) == ["short", "long"]
     assert load_aware_ranks([long_, short], {"short": 7, "long": 2}) == ["long", "short"]
     # a replica this router has not sent to lately counts what its engine reports

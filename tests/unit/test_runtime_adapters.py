@@ -25,11 +25,14 @@ def endpoint(allowed: list[str], preloaded: list[tuple[Route, str]]) -> ModelDis
         async def send(scope: dict[str, Any], body: bytes, hint: RoutingHint):
             async for messages in run_asgi(apps[route.model], scope, body):
                 yield messages
+
         return send
 
     async def preload(route: Route, path: str) -> None:
         if path.startswith("/missing"):
-            raise RuntimeError(f"Traceback ...\nAdapterLoadError: adapter {route.adapter}: no such file {path}")
+            raise RuntimeError(
+                f"Traceback ...\nAdapterLoadError: adapter {route.adapter}: no such file {path}"
+            )
         preloaded.append((route, path))
 
     runtime = RuntimeAdapters(routes, allowed, preload)
@@ -40,8 +43,11 @@ def post(app: ModelDispatch, *calls: tuple[str, dict]) -> list[httpx.Response]:
     async def go() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            return [await http.post(path, json=body) if path != "/v1/models" else
-                    await http.get(path) for path, body in calls]
+            return [
+                await http.post(path, json=body) if path != "/v1/models" else await http.get(path)
+                for path, body in calls
+            ]
+
     return asyncio.run(go())
 
 
@@ -56,7 +62,10 @@ def test_a_loaded_adapter_is_served_listed_and_gone_after_unload() -> None:
         ("/v1/unload_lora_adapter", {"lora_name": "mine"}),
         ("/v1/completions", {"model": "mine", "prompt": "x"}),
     )
-    assert (load.status_code, load.text) == (200, "Success: LoRA adapter 'mine' added successfully.")
+    assert (load.status_code, load.text) == (
+        200,
+        "Success: LoRA adapter 'mine' added successfully.",
+    )
     assert preloaded == [(Route("base", "mine"), "/adapters/mine")]  # checked before it was served
     assert answer.json()["served_by"] == "base" and answer.json()["model"] == "mine"
     cards = {card["id"]: card.get("parent") for card in listed.json()["data"]}
@@ -69,18 +78,31 @@ def test_a_loaded_adapter_is_served_listed_and_gone_after_unload() -> None:
     ("path", "body", "status", "message"),
     [
         ("/v1/load_lora_adapter", {"lora_name": "x"}, 400, "must be provided"),
-        ("/v1/load_lora_adapter", {"lora_name": "base-lora", "lora_path": "/a"}, 400,
-         "already been loaded"),
-        ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/a", "model": "other"}, 400,
-         "does not take adapters at run time"),
-        ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/missing/x"}, 400,
-         "could not be loaded: AdapterLoadError: adapter x: no such file /missing/x"),
+        (
+            "/v1/load_lora_adapter",
+            {"lora_name": "base-lora", "lora_path": "/a"},
+            400,
+            "already been loaded",
+        ),
+        (
+            "/v1/load_lora_adapter",
+            {"lora_name": "x", "lora_path": "/a", "model": "other"},
+            400,
+            "does not take adapters at run time",
+        ),
+        (
+            "/v1/load_lora_adapter",
+            {"lora_name": "x", "lora_path": "/missing/x"},
+            400,
+            "could not be loaded: AdapterLoadError: adapter x: no such file /missing/x",
+        ),
         ("/v1/unload_lora_adapter", {"lora_name": "base-lora"}, 400, "in the platform config"),
         ("/v1/unload_lora_adapter", {"lora_name": "nope"}, 404, "cannot be found"),
     ],
 )
-def test_bad_loads_and_unloads_are_openai_errors(path: str, body: dict, status: int,
-                                                 message: str) -> None:
+def test_bad_loads_and_unloads_are_openai_errors(
+    path: str, body: dict, status: int, message: str
+) -> None:
     (response,) = post(endpoint(["base"], []), (path, body))
     assert response.status_code == status
     assert message in response.json()["error"]["message"]
@@ -94,5 +116,7 @@ def test_with_several_models_allowed_the_base_model_must_be_named() -> None:
         ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/a"}),
         ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/a", "model": "other"}),
     )
-    assert unnamed.status_code == 400 and "name the base model" in unnamed.json()["error"]["message"]
+    assert (
+        unnamed.status_code == 400 and "name the base model" in unnamed.json()["error"]["message"]
+    )
     assert named.status_code == 200 and preloaded == [(Route("other", "x"), "/a")]

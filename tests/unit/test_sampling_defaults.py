@@ -19,8 +19,13 @@ from serving.engines.hf_rows import Row, choose_token, seeded_generator
 from tests.unit.fake_engine import FakeEngine
 
 QWEN_INSTRUCT = {  # the shape of Qwen2.5-*-Instruct's generation_config.json
-    "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
-    "repetition_penalty": 1.05, "max_new_tokens": 2048, "eos_token_id": [151645, 151643],
+    "do_sample": True,
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+    "repetition_penalty": 1.05,
+    "max_new_tokens": 2048,
+    "eos_token_id": [151645, 151643],
 }
 
 
@@ -31,7 +36,10 @@ def request(**fields: object) -> CompletionRequest:
 def test_the_model_sampling_defaults_come_from_generation_config(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text(json.dumps(QWEN_INSTRUCT))
     assert model_sampling_defaults(tmp_path) == {
-        "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05,
+        "temperature": 0.7,
+        "top_p": 0.8,
+        "top_k": 20,
+        "repetition_penalty": 1.05,
     }
 
 
@@ -43,7 +51,10 @@ def test_left_out_fields_take_the_model_defaults_and_set_ones_win() -> None:
     defaults = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
     spec = sampling_spec(request(temperature=0.0), 4, 0, defaults)
     assert (spec.temperature, spec.top_p, spec.top_k, spec.repetition_penalty) == (
-        0.0, 0.8, 20, 1.05
+        0.0,
+        0.8,
+        20,
+        1.05,
     )
 
 
@@ -64,7 +75,9 @@ def test_the_routes_hand_the_engine_the_model_defaults() -> None:
     client = TestClient(build_openai_app(engine))
     body = {"model": "fake-model", "prompt": "alpha", "max_tokens": 2}
     assert client.post("/v1/completions", json=body).status_code == 200
-    assert client.post("/v1/completions", json={**body, "temperature": 0.9, "min_p": 0.1}).is_success
+    assert client.post(
+        "/v1/completions", json={**body, "temperature": 0.9, "min_p": 0.1}
+    ).is_success
     first, second = engine.sampled
     assert (first.temperature, first.top_k, first.min_p) == (0.0, 5, 0.0)
     assert (second.temperature, second.top_k, second.min_p) == (0.9, 5, 0.1)

@@ -37,24 +37,54 @@ def test_median_seconds_warms_up_once_then_times_each_repeat() -> None:
 
 
 def recorded_document() -> dict:
-    trace = {"latencies_ms": [5.0, 2.0, 2.1], "first_token_ms": 5.0, "mean_decode_ms": 2.05,
-             "total_ms": 9.1, "growth": {"slope_ms_per_token": 0.1}}
+    trace = {
+        "latencies_ms": [5.0, 2.0, 2.1],
+        "first_token_ms": 5.0,
+        "mean_decode_ms": 2.05,
+        "total_ms": 9.1,
+        "growth": {"slope_ms_per_token": 0.1},
+    }
     efficiency = [
-        {"engine": engine, "batch": batch, "seconds": 1.0, "output_tokens_per_s": 8.0 * batch,
-         "speedup": speed, "efficiency": speed / batch}
-        for engine, batch, speed in (("hf", 1, 1.0), ("hf", 4, 2.0), ("vllm", 1, 1.0), ("vllm", 4, 3.6))
+        {
+            "engine": engine,
+            "batch": batch,
+            "seconds": 1.0,
+            "output_tokens_per_s": 8.0 * batch,
+            "speedup": speed,
+            "efficiency": speed / batch,
+        }
+        for engine, batch, speed in (
+            ("hf", 1, 1.0),
+            ("hf", 4, 2.0),
+            ("vllm", 1, 1.0),
+            ("vllm", 4, 3.6),
+        )
     ]
     return {
-        "model_id": "m", "dtype": "float32", "new_tokens": 8, "repeats": 1,
+        "model_id": "m",
+        "dtype": "float32",
+        "new_tokens": 8,
+        "repeats": 1,
         "one_prompt": {"new_tokens": 8, "hf_generate_s": 2.0, "vllm_s": 0.5, "speedup": 4.0},
-        "kv_cache": {"no-cache": {**trace, "mean_decode_ms": 6.0, "total_ms": 20.0},
-                     "kv-cache": trace, "prompt_tokens": 4, "total_speedup": 2.2},
+        "kv_cache": {
+            "no-cache": {**trace, "mean_decode_ms": 6.0, "total_ms": 20.0},
+            "kv-cache": trace,
+            "prompt_tokens": 4,
+            "total_speedup": 2.2,
+        },
         "four_prompts": {"one_by_one_s": 2.0, "batched_s": 1.1, "speedup": 1.82},
         "batch_efficiency": efficiency,
-        "static_batch_waste": {"prompt_tokens": [3, 5], "output_tokens": [2, 8], "padding_waste": 0.2,
-                               "idle_waste": 0.375, "one_by_one_s": 2.0, "batched_s": 1.5,
-                               "measured_speedup": 1.33, "batch_step_cost_ratio": 1.5,
-                               "expected_speedup": 1.67},
+        "static_batch_waste": {
+            "prompt_tokens": [3, 5],
+            "output_tokens": [2, 8],
+            "padding_waste": 0.2,
+            "idle_waste": 0.375,
+            "one_by_one_s": 2.0,
+            "batched_s": 1.5,
+            "measured_speedup": 1.33,
+            "batch_step_cost_ratio": 1.5,
+            "expected_speedup": 1.67,
+        },
     }
 
 

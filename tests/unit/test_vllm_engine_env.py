@@ -22,7 +22,8 @@ def test_cpu_replica_lifts_rays_one_thread_cap() -> None:
 
 def test_cpu_threads_from_the_config_replace_rays_cap() -> None:
     config = PlatformConfig.model_validate(
-        {"vllm": {"resources": {"accelerator": "cpu"}, "engine": {"cpu_threads": 2}}})
+        {"vllm": {"resources": {"accelerator": "cpu"}, "engine": {"cpu_threads": 2}}}
+    )
     environ = {"OMP_NUM_THREADS": "1"}
     apply_engine_env(config, environ)
     assert environ["OMP_NUM_THREADS"] == "2"

@@ -31,7 +31,8 @@ def test_a_load_goes_through_vllms_loader_and_is_counted() -> None:
     assert asyncio.run(adapters._load("a")) == "a"
     assert asyncio.run(adapters._load("a")) == "a"
     assert [(r.lora_name, r.lora_path, r.load_inplace) for r in models.requests] == [
-        ("a", "/adapters/a", True)] * 2
+        ("a", "/adapters/a", True)
+    ] * 2
     assert adapters.loads["a"] == 2 and loaded == ["a", "a"]
     assert adapters.held() == []  # nothing through Serve's multiplexing yet
 

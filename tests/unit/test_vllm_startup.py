@@ -11,8 +11,9 @@ from serving.engines import vllm_startup as startup
 
 def test_markers_come_from_vllms_messages() -> None:
     assert startup.marker_of("Loading weights took %.2f seconds") == "model_loaded"
-    assert startup.marker_of("init engine (profile, create kv cache, warmup model) took %.2f s") == (
-        "kv_cache_warmed_up")
+    assert startup.marker_of(
+        "init engine (profile, create kv cache, warmup model) took %.2f s"
+    ) == ("kv_cache_warmed_up")
     assert startup.marker_of("Using max model len 1024") is None
 
 
@@ -35,11 +36,20 @@ def test_the_handler_writes_only_marked_records(tmp_path: Path) -> None:
 
 
 def test_phases_are_the_gaps_between_known_moments() -> None:
-    marks = {"start": 100.0, "engine_process_up": 109.5, "model_load_start": 110.0,
-             "model_loaded": 112.25, "kv_cache_warmed_up": 113.0, "ready": 113.5}
+    marks = {
+        "start": 100.0,
+        "engine_process_up": 109.5,
+        "model_load_start": 110.0,
+        "model_loaded": 112.25,
+        "kv_cache_warmed_up": 113.0,
+        "ready": 113.5,
+    }
     assert startup.phase_seconds(marks) == {
-        "engine_process_spawn_import": 9.5, "engine_device_init": 0.5, "model_load": 2.25,
-        "kv_cache_profile_warmup": 0.75, "engine_handshake": 0.5,
+        "engine_process_spawn_import": 9.5,
+        "engine_device_init": 0.5,
+        "model_load": 2.25,
+        "kv_cache_profile_warmup": 0.75,
+        "engine_handshake": 0.5,
     }
 
 

@@ -129,14 +129,25 @@ async def test_an_empty_assistant_message_in_responses_input_is_a_400_before_vll
         seen.append(body)
         return {"ok": True}
 
-    bad_item = {"type": "message", "id": "m1", "role": "assistant", "status": "completed", "content": []}
+    bad_item = {
+        "type": "message",
+        "id": "m1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [],
+    }
     good = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
     transport = httpx.ASGITransport(app=ResponsesInputCheck(app, max_bytes=10_000))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        bad = await client.post("/v1/responses", json={"model": "m", "input": [{"role": "user", "content": "hi"}, bad_item]})
+        bad = await client.post(
+            "/v1/responses",
+            json={"model": "m", "input": [{"role": "user", "content": "hi"}, bad_item]},
+        )
         fine = await client.post("/v1/responses", json=good)
         not_json = await client.post("/v1/responses", content=b"{nope")
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "input.1.content"
     assert fine.status_code == 200 and seen == [good]  # the replayed body reached the app intact
-    assert not_json.status_code == 422  # left to the app (vLLM's answers it; OpenAIErrorBodies shapes it)
+    assert (
+        not_json.status_code == 422
+    )  # left to the app (vLLM's answers it; OpenAIErrorBodies shapes it)

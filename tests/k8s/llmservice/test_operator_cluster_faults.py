@@ -64,8 +64,11 @@ async def test_replica_count_survives_scrapes_without_the_gauge(k8s: Any, operat
     assert first["observedReplicas"] == 2 and first["replicasObservedAt"]
     # Several scrapes lacking the gauge later (the queue metric shows they were read):
     later = await eventually(
-        lambda: len(scrapes) >= 4 and obj(k8s, LLMSERVICES, "qwen")["status"].get("queueDepth") == 3.0
-        and obj(k8s, LLMSERVICES, "qwen")["status"],
+        lambda: (
+            len(scrapes) >= 4
+            and obj(k8s, LLMSERVICES, "qwen")["status"].get("queueDepth") == 3.0
+            and obj(k8s, LLMSERVICES, "qwen")["status"]
+        ),
         what="scrapes without the gauge",
     )
     assert later["observedReplicas"] == 2

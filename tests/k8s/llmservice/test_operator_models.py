@@ -35,11 +35,17 @@ def app_statuses(second: str) -> dict[str, Any]:
 async def report(k8s: Any, apps: dict[str, Any]) -> None:
     """Write the RayService's status as KubeRay would."""
     ready = {"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints"}
-    body = {"status": {"conditions": [ready], "serviceStatus": "Running",
-                       "activeServiceStatus": {"applicationStatuses": apps}}}
+    body = {
+        "status": {
+            "conditions": [ready],
+            "serviceStatus": "Running",
+            "activeServiceStatus": {"applicationStatuses": apps},
+        }
+    }
     response = await k8s.patch(
         f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/{NAME}/status",
-        json=body, headers=MERGE,
+        json=body,
+        headers=MERGE,
     )
     assert response.status == 200
 
@@ -58,7 +64,8 @@ async def test_two_models_deploy_and_report_per_model_readiness(k8s: Any, operat
         what="one model of two ready",
     )
     assert [(m["name"], m["status"], m["ready"]) for m in status["models"]] == [
-        ("qwen", "RUNNING", True), ("qwen-1.5b", "DEPLOYING", False),
+        ("qwen", "RUNNING", True),
+        ("qwen-1.5b", "DEPLOYING", False),
     ]
     assert status["model"] == "qwen,qwen-1.5b"
 
