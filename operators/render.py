@@ -24,7 +24,12 @@ import yaml
 from operators import defaults as d
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, parse_spec
 from serving.config import API_KEYS_ENV, PlatformConfig, ray_env
-from serving.k8s import gpu_replica_cpus, serve_config_v2, served_model_refs, vllm_deployments
+from serving.k8s.serve_config import (
+    gpu_replica_cpus,
+    serve_config_v2,
+    served_model_refs,
+    vllm_deployments,
+)
 
 MANAGED_BY = "llm-serving-operator"
 INSTANCE_LABEL = f"{GROUP}/llmservice"

@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from serving.config import PlatformConfig, format_validation_error
-from serving.k8s import vllm_deployments
-from serving.k8s_schema import UpgradeStrategy
+from serving.k8s.serve_config import vllm_deployments
+from serving.k8s.values_schema import UpgradeStrategy
 
 GROUP = "serving.llm-serving.io"
 VERSION = "v1alpha1"

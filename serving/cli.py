@@ -12,11 +12,10 @@ from typing import Any
 
 import click
 
-from operators.crd import crd_command
 from serving.analysis.cli import analyze
 from serving.config import ConfigError, ModelConfig, PlatformConfig, load_config
 from serving.conformance.cli import conformance
-from serving.k8s_cli import render
+from serving.k8s.cli import render
 from serving.loadgen.cli import bench
 from serving.loadgen.vllm_client import vllm_bench
 from serving.models import ModelNotFoundError, resolve_model
@@ -298,7 +297,6 @@ main.add_command(bench)
 main.add_command(conformance)
 main.add_command(render)
 main.add_command(vllm_bench)
-render.add_command(crd_command)  # `render crd`: the operator's LLMService CRD
 
 if __name__ == "__main__":
     main()

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from serving.config import PlatformConfig, ray_env
-from serving.k8s import serve_config
+from serving.k8s.serve_config import serve_config
 from serving.models import cache_root
 
 RAY_NAMESPACE = "llm-serving"

@@ -13,7 +13,8 @@ from typing import Any
 import click
 import yaml
 
-from serving.k8s import CHART_DIR, REPO_ROOT, values_schema
+from serving.k8s import CHART_DIR, REPO_ROOT
+from serving.k8s.values_schema import values_schema
 
 Schema = dict[str, Any]
 REFERENCE_DIR = REPO_ROOT / "docs" / "reference"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from serving import k8s_render
 from serving.config import PlatformConfig
 from serving.k8s import CHART_DIR
+from serving.k8s import chart as k8s_render
 
 CI_DIR = CHART_DIR / "ci"
 MATRIX = sorted(p.name.removesuffix("-values.yaml") for p in CI_DIR.glob("*-values.yaml"))

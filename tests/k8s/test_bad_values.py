@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from serving import k8s_render
 from serving.config import PlatformConfig
+from serving.k8s import chart as k8s_render
 
 # The chart's single-model platform.vllm defaults, nulled as a multi-model release must.
 NO_VLLM_DEFAULTS = {"vllm": {key: None for key in ("autoscaling", "resources", "engine", "args")}}

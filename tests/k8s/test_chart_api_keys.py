@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 
-from serving import k8s_render
+from serving.k8s import chart as k8s_render
 from tests.k8s.conftest import ray_containers
 
 

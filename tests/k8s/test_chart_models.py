@@ -9,9 +9,14 @@ from typing import Any
 
 import yaml
 
-from serving import k8s_render
 from serving.config import ROUTER_CONFIGS, PlatformConfig, ray_env
-from serving.k8s import NOT_IN_ARGS, gpu_replica_cpus, serve_config_v2, served_model_refs
+from serving.k8s import chart as k8s_render
+from serving.k8s.serve_config import (
+    NOT_IN_ARGS,
+    gpu_replica_cpus,
+    serve_config_v2,
+    served_model_refs,
+)
 from tests.k8s.conftest import MATRIX, ray_containers, rendered
 
 NO_VLLM_DEFAULTS = {"vllm": {key: None for key in ("autoscaling", "resources", "engine", "args")}}

@@ -9,10 +9,11 @@ import re
 import pytest
 import yaml
 
-from serving import k8s_render, metrics
+from serving import metrics
 from serving.config import ray_env
 from serving.k8s import CHART_DIR
-from serving.k8s_schema import undocumented_values
+from serving.k8s import chart as k8s_render
+from serving.k8s.values_schema import undocumented_values
 from tests.k8s.conftest import MATRIX, Rendered, ray_containers, rendered
 
 GPU = "nvidia.com/gpu"

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from serving import k8s_render
 from serving.cli import main
-from serving.k8s import CHART_DIR, values_schema
-from serving.k8s_cli import SCHEMA_FILE, schema_text
+from serving.k8s import CHART_DIR
+from serving.k8s import chart as k8s_render
+from serving.k8s.cli import SCHEMA_FILE, schema_text
+from serving.k8s.values_schema import values_schema
 from tests.k8s.conftest import repo_path
 
 REGENERATE_SCHEMA = "run `llm-serving render values-schema`"

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from operators import crd
-from serving import k8s_render
 from serving.k8s import CHART_DIR, REPO_ROOT
+from serving.k8s import chart as k8s_render
 from tests.k8s.schemas import document_errors
 
 PLAIN = REPO_ROOT / "k8s" / "operator"

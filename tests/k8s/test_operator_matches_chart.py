@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from operators.render import render_rayservice
-from serving import k8s_render
+from serving.k8s import chart as k8s_render
 
 NAME, NAMESPACE = "qwen", "team-a"
 Doc = dict[str, Any]

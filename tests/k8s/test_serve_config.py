@@ -13,7 +13,12 @@ from click.testing import CliRunner
 
 from serving.cli import main
 from serving.config import AutoscalingSettings, PlatformConfig, parse_config
-from serving.k8s import APP_SECTIONS, NOT_IN_ARGS, serve_config_v2, validate_serve_config
+from serving.k8s.serve_config import (
+    APP_SECTIONS,
+    NOT_IN_ARGS,
+    serve_config_v2,
+    validate_serve_config,
+)
 from tests.k8s.conftest import Rendered, rendered
 
 
@@ -61,7 +66,7 @@ def test_args_load_with_platform_config(case: Rendered) -> None:
 
 def vllm_block(values: dict[str, Any]) -> str:
     """The vLLM application's text in the rendered serveConfigV2, as KubeRay sends it."""
-    from serving import k8s_render
+    from serving.k8s import chart as k8s_render
 
     rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
     text = rayservice["spec"]["serveConfigV2"]
@@ -153,7 +158,7 @@ def test_cli_rejects_a_bad_config(tmp_path: Path, text: str) -> None:
 def test_template_defaults_mirror_platform_config() -> None:
     """With the keys the templates read removed (null deletes a value), the chart falls back to
     its own defaults, which must be PlatformConfig's."""
-    from serving import k8s_render
+    from serving.k8s import chart as k8s_render
 
     dropped = {"http": None, "model": {"ref": None}} | {
         app: {"enabled": None, "route_prefix": None} for app in ("vllm", "hf", "analysis")

@@ -82,7 +82,7 @@ def vllm_entry(document: dict) -> dict:
 
 
 def test_local_deploy_sends_the_rayservice_serve_config(monkeypatch) -> None:
-    from serving.k8s import serve_config_v2
+    from serving.k8s.serve_config import serve_config_v2
 
     config = parse_config({"http": {"port": 8123}, "vllm": {"autoscaling": {"max_replicas": 2}}})
     document = deployed_document(config, monkeypatch)

@@ -10,7 +10,7 @@ import pytest
 from serving.cli import models_to_prepare
 from serving.config import ConfigError, PlatformConfig, load_config, parse_config
 from serving.engines.vllm_args import ServerArgsError, check_server_args, server_options
-from serving.k8s import serve_config
+from serving.k8s.serve_config import serve_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "serving" / "examples" / "multi-model.yaml"
 

@@ -8,7 +8,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 from serving.config import parse_config
-from serving.k8s import serve_config
+from serving.k8s.serve_config import serve_config
 from serving.routing import (
     SESSION_IDLE_S,
     LoadAwareRouter,

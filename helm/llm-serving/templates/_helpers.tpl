@@ -57,7 +57,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* serving.k8s.vllm_deployments: the settings of each vLLM deployment (one per model). */}}
+{{/* serving.k8s.serve_config.vllm_deployments: the settings of each vLLM deployment (one per model). */}}
 {{- define "llm-serving.vllmDeployments" -}}
 {{- $vllm := .Values.platform.vllm | default dict -}}
 {{- if not (dig "enabled" true $vllm) -}}
@@ -69,7 +69,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* serving.k8s.served_model_refs: every model reference an enabled app serves, once each. */}}
+{{/* serving.k8s.serve_config.served_model_refs: every model reference an enabled app serves, once each. */}}
 {{- define "llm-serving.servedModelRefs" -}}
 {{- $platform := .Values.platform -}}
 {{- $byModels := and $platform.models (dig "vllm" "enabled" true $platform) -}}
@@ -103,7 +103,7 @@ load_aware: {request_router_class: "serving.routing:LoadAwareRouter", request_ro
 random: {request_router_class: "serving.routing:RandomRouter"}
 {{- end -}}
 
-{{/* Settings without the deployment options Serve applies in place (serving.k8s.NOT_IN_ARGS)
+{{/* Settings without the deployment options Serve applies in place (serving.k8s.serve_config.NOT_IN_ARGS)
 and without the keys in .also. */}}
 {{- define "llm-serving.withoutServeOptions" -}}
 {{- $section := deepCopy (.section | default dict) -}}
@@ -114,7 +114,7 @@ and without the keys in .also. */}}
 {{- end -}}
 
 {{/*
-Each app's args: only the sections it reads (serving.k8s.app_args), without the deployment
+Each app's args: only the sections it reads (serving.k8s.serve_config.app_args), without the deployment
 options Serve applies in place. Serve hashes args into the app's code version, so a change
 here restarts the app's replicas; anything else leaves them running.
 */}}
@@ -144,7 +144,7 @@ replica: {num_replicas: 1, graceful_shutdown_timeout_s: 120.0, graceful_shutdown
 autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscale_delay_s: 2.0, downscale_delay_s: 20.0, metrics_interval_s: 1.0, look_back_period_s: 3.0}
 {{- end -}}
 
-{{/* Serve's options of an app's deployment (serving.k8s.deployment_options), applied in place. */}}
+{{/* Serve's options of an app's deployment (serving.k8s.serve_config.deployment_options), applied in place. */}}
 {{- define "llm-serving.deploymentOptions" -}}
 {{- $d := include "llm-serving.servingDefaults" . | fromYaml -}}
 {{- $app := .app -}}
@@ -188,7 +188,7 @@ autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscal
 {{- end -}}
 
 {{/*
-A multi-model platform's apps (serving.k8s.model_applications): the router at vllm.route_prefix
+A multi-model platform's apps (serving.k8s.serve_config.model_applications): the router at vllm.route_prefix
 with the models as written, then one app per model without a route of its own; its args are the
 single-model platform of the entry (PlatformConfig.model_platform: served_name is the entry's
 name), so a change to one model restarts that model alone.
@@ -219,7 +219,7 @@ name), so a change to one model restarts that model alone.
 {{- toYaml $apps -}}
 {{- end -}}
 
-{{/* serveConfigV2: the same document serving.k8s.serve_config_v2() builds. */}}
+{{/* serveConfigV2: the same document serving.k8s.serve_config.serve_config_v2() builds. */}}
 {{- define "llm-serving.serveConfigV2" -}}
 proxy_location: EveryNode
 http_options:
@@ -292,7 +292,7 @@ and switches traffic once it serves.
 {{/*
 GPU workers advertise only the logical CPUs their vLLM replicas reserve (num_cpus x GPUs), so
 CPU-only replicas (HF baseline, analysis: a CPU copy of the model each) never land beside vLLM.
-Per replica: serving.k8s.gpu_replica_cpus, the largest num_cpus of the vLLM deployments on GPUs
+Per replica: serving.k8s.serve_config.gpu_replica_cpus, the largest num_cpus of the vLLM deployments on GPUs
 (of every vLLM deployment when none is).
 */}}
 {{- define "llm-serving.gpuRayStartParams" -}}

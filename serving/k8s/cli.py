@@ -11,7 +11,9 @@ import click
 import yaml
 
 from serving.config import ConfigError, load_config
-from serving.k8s import CHART_DIR, REPO_ROOT, serve_config_v2, values_schema
+from serving.k8s import CHART_DIR, REPO_ROOT
+from serving.k8s.serve_config import serve_config_v2
+from serving.k8s.values_schema import values_schema
 
 SCHEMA_FILE = CHART_DIR / "values.schema.json"
 
@@ -72,7 +74,7 @@ def docs() -> None:
 @render.command("manifests")
 def manifests() -> None:
     """Regenerate k8s/rendered/*.yaml from the chart (for kubectl users)."""
-    from serving.k8s_render import RenderError, rendered_manifests
+    from serving.k8s.chart import RenderError, rendered_manifests
 
     try:
         files = rendered_manifests()

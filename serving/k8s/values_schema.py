@@ -7,7 +7,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from serving.config import PlatformConfig
+from serving.k8s import CHART_DIR
+
 Schema = dict[str, Any]
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # KubeRay's RayService spec.upgradeStrategy.type: the chart's ray.upgradeStrategy and the
 # LLMService's upgradeStrategy accept these.
 UpgradeStrategy = Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]
@@ -287,3 +291,29 @@ def describe(schema: Schema, path: str, docs: dict[str, str]) -> Schema:
 
 def chart_properties(docs: dict[str, str]) -> dict[str, Schema]:
     return {key: describe(schema, key, docs) for key, schema in chart_values().items()}
+
+
+def platform_schema() -> dict[str, Any]:
+    return PlatformConfig.model_json_schema()
+
+
+def values_schema(values_yaml: str | None = None) -> dict[str, Any]:
+    """The chart's values.schema.json. Descriptions of chart values come from values.yaml's
+    `# --` comments; the platform part (with its $defs hoisted to the root, where its $refs
+    point) from PlatformConfig."""
+    if values_yaml is None:
+        values_yaml = (CHART_DIR / "values.yaml").read_text()
+    platform = platform_schema()
+    defs = platform.pop("$defs", {})
+    platform["description"] = value_comments(values_yaml).get("platform") or platform.get(
+        "description", ""
+    )
+    properties = chart_properties(value_comments(values_yaml)) | {"platform": platform}
+    return {
+        "$schema": SCHEMA_DRAFT,
+        "title": "llm-serving chart values",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "$defs": defs,
+    }
