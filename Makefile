@@ -105,6 +105,7 @@ test-k8s: install-test
 # reference pages (tests check them).
 render: install
 	$(VENV)/bin/llm-serving render values-schema
+	$(VENV)/bin/llm-serving render chart-tables
 	$(PY) -m operators.crd
 	$(VENV)/bin/llm-serving render manifests
 	$(VENV)/bin/llm-serving render docs

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from serving import apps as registry
 from serving.replica_config import (  # noqa: F401 - re-exported: PlatformConfig's parts
     Accelerator,
     AutoscalingSettings,
@@ -350,11 +351,7 @@ class PlatformConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_route_prefixes(self) -> PlatformConfig:
-        prefixes = {
-            "vllm": self.vllm.route_prefix,
-            "hf": self.hf.route_prefix,
-            "analysis": self.analysis.route_prefix,
-        }
+        prefixes = {app.name: getattr(self, app.name).route_prefix for app in registry.APPS}
         for name, prefix in prefixes.items():
             if not prefix.startswith("/"):
                 raise ValueError(f"{name}.route_prefix must start with '/'")

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from serving import apps as registry
 from serving.config import PlatformConfig, ray_env
 from serving.k8s.serve_config import serve_config
 from serving.models import cache_root
@@ -73,15 +74,7 @@ def endpoints(config: PlatformConfig) -> Endpoints:
         dashboard_url=f"http://{config.ray.dashboard_host}:{config.ray.dashboard_port}",
         metrics_url=f"http://127.0.0.1:{config.ray.metrics_export_port}/metrics",
         model=config.models[0].name if config.models else config.model.name,
-        apps=[
-            name
-            for name, on in (
-                ("vllm", config.vllm.enabled),
-                ("hf", config.hf.enabled),
-                ("analysis", config.analysis.enabled),
-            )
-            if on
-        ],
+        apps=[app.name for app in registry.APPS if getattr(config, app.name).enabled],
         hf_url=f"{http}{config.hf.route_prefix.rstrip('/')}/v1" if config.hf.enabled else None,
         analysis_url=(
             f"{http}{config.analysis.route_prefix.rstrip('/')}" if config.analysis.enabled else None

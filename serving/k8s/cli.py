@@ -63,6 +63,14 @@ def values_schema_command(output: str) -> None:
     click.echo(f"wrote {_shown(Path(output))}")
 
 
+@render.command("chart-tables")
+def chart_tables() -> None:
+    """Regenerate the chart's templates/_generated.tpl (apps, routing policies) from Python."""
+    from serving.k8s.templates import TEMPLATE_FILE, generated_template
+
+    _write_files({TEMPLATE_FILE: generated_template()})
+
+
 @render.command("docs")
 def docs() -> None:
     """Regenerate docs/reference/ (platform config, chart values, CLI) from their sources."""

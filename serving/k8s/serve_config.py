@@ -6,41 +6,13 @@ renders the same document from `.Values.platform`, and a test holds the two equa
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMReplicaSettings
 
-APP_NAMES = ("vllm", "hf", "analysis")  # serving.app.build_apps order
 SERVE_HOST = "0.0.0.0"  # in a pod the proxy must listen beyond loopback, whatever http.host says
 
-
-def app_builders() -> dict[str, Callable[..., Any]]:
-    """The Serve application builders a RayService names, by app name."""
-    from serving import app
-
-    return {
-        "vllm": app.vllm_app,
-        "hf": app.hf_app,
-        "analysis": app.analysis_app,
-        "router": app.router_app,
-        "model": app.model_app,
-    }
-
-
-def import_path(builder: Callable[..., Any]) -> str:
-    return f"{builder.__module__}:{builder.__qualname__}"
-
-
-# Sections of PlatformConfig each app reads. Serve hashes an app's `args` into its code version and
-# restarts every replica when they change, so an app gets only its own part: disabling the
-# analysis app never touches vLLM.
-APP_SECTIONS = {
-    "vllm": ("model", "vllm", "auth", "limits"),
-    "hf": ("model", "hf", "auth", "limits"),
-    "analysis": ("model", "analysis", "auth", "limits"),
-}
-DEPLOYMENT_NAMES = {"vllm": "VLLMServer", "hf": "HFBaseline", "analysis": "Analysis"}
 # Fields kept out of `args`: Serve applies the deployment options to running replicas in place
 # (serve config `deployments`), and the app's own entry carries `enabled` and `route_prefix`.
 NOT_IN_ARGS = (
@@ -60,7 +32,7 @@ def app_args(config: PlatformConfig, name: str) -> dict[str, Any]:
     """The part of the platform block (as the user wrote it: only set fields) one app reads,
     without the deployment options Serve applies in place."""
     written = config.model_dump(mode="json", exclude_unset=True)
-    args = {key: written[key] for key in APP_SECTIONS[name] if key in written}
+    args = {key: written[key] for key in registry.app_named(name).sections if key in written}
     if name in args:
         args[name] = {k: v for k, v in args[name].items() if k not in NOT_IN_ARGS}
         if not args[name]:
@@ -71,8 +43,9 @@ def app_args(config: PlatformConfig, name: str) -> dict[str, Any]:
 def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
     """Serve's per-deployment options of one app (ServeApplicationSchema `deployments` entry)."""
     settings = getattr(config, name)
-    options: dict[str, Any] = {"name": DEPLOYMENT_NAMES[name]}
-    if name == "analysis":
+    app = registry.app_named(name)
+    options: dict[str, Any] = {"name": app.deployment}
+    if not app.scaled:
         return options | {"max_ongoing_requests": settings.max_ongoing_requests}
     serve_options = settings.replica_options()
     backpressure = serve_options.pop("backpressure_config")
@@ -90,9 +63,9 @@ def router_option(policy: str) -> dict[str, Any]:
 
 
 def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
-    builders = app_builders()
     apps = []
-    for name in APP_NAMES:
+    for app in registry.APPS:
+        name = app.name
         settings = getattr(config, name)
         if not settings.enabled:
             continue
@@ -102,7 +75,7 @@ def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
         apps.append(
             {
                 "name": name,
-                "import_path": import_path(builders[name]),
+                "import_path": app.builder,
                 "route_prefix": settings.route_prefix,
                 "args": app_args(config, name),
                 "deployments": [deployment_options(config, name)],
@@ -118,7 +91,7 @@ def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
     written = config.model_dump(mode="json", exclude_unset=True)
     router = {
         "name": "vllm",
-        "import_path": import_path(app_builders()["router"]),
+        "import_path": registry.ROUTER_BUILDER,
         "route_prefix": config.vllm.route_prefix,
         "args": {key: written[key] for key in ("models", "auth", "limits") if key in written},
     }
@@ -128,7 +101,7 @@ def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
         models.append(
             {
                 "name": entry.app_name,
-                "import_path": import_path(app_builders()["model"]),
+                "import_path": registry.MODEL_BUILDER,
                 "route_prefix": None,
                 "args": app_args(platform, "vllm"),
                 "deployments": [
@@ -149,10 +122,11 @@ def vllm_deployments(config: PlatformConfig) -> list[VLLMReplicaSettings]:
 def served_model_refs(config: PlatformConfig) -> list[str]:
     """Every model reference an enabled app serves, once each, in order (what a worker's init
     container prefetches): each model of `models`, and the top-level model unless only the
-    `models` endpoint runs (the baseline and analysis apps serve it)."""
+    `models` endpoint runs (every other app serves it)."""
     by_models = bool(config.models and config.vllm.enabled)
     refs = [entry.model.ref for entry in config.models] if by_models else []
-    if not by_models or config.hf.enabled or config.analysis.enabled:
+    others = (getattr(config, app.name).enabled for app in registry.APPS if app.name != "vllm")
+    if not by_models or any(others):
         refs.insert(0, config.model.ref)
     return list(dict.fromkeys(refs))
 

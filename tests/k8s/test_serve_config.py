@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from serving import apps as registry
 from serving.cli import main
 from serving.config import AutoscalingSettings, PlatformConfig, parse_config
 from serving.k8s.serve_config import (
-    APP_SECTIONS,
     NOT_IN_ARGS,
     serve_config_v2,
     validate_serve_config,
@@ -37,11 +37,14 @@ def test_rendered_is_valid_for_ray_serve(case: Rendered) -> None:
 def app_parts(config: PlatformConfig) -> dict[str, tuple[PlatformConfig, tuple[str, ...]]]:
     """Per app: the platform its args stand for and the sections it reads. With `models`, the
     router reads the models list, and each model's app is that model's single-model platform."""
-    parts = {name: (config, sections) for name, sections in APP_SECTIONS.items()}
+    parts = {app.name: (config, app.sections) for app in registry.APPS}
     if config.models:
         parts["vllm"] = (config, ("models", "auth", "limits"))
         for entry in config.models:
-            parts[entry.app_name] = (config.model_platform(entry), APP_SECTIONS["vllm"])
+            parts[entry.app_name] = (
+                config.model_platform(entry),
+                registry.app_named("vllm").sections,
+            )
     return parts
 
 
@@ -58,7 +61,7 @@ def test_args_load_with_platform_config(case: Rendered) -> None:
         loaded = parse_config(app["args"], app["name"])
         expected, sections = parts[app["name"]]
         for section in sections:
-            exclude = set(NOT_IN_ARGS) if section in APP_SECTIONS else set()
+            exclude = set(NOT_IN_ARGS) if section in {app.name for app in registry.APPS} else set()
             assert dumped(getattr(loaded, section), exclude) == dumped(
                 getattr(expected, section), exclude
             )

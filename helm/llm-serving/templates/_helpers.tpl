@@ -74,7 +74,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $platform := .Values.platform -}}
 {{- $byModels := and $platform.models (dig "vllm" "enabled" true $platform) -}}
 {{- $refs := list -}}
-{{- if or (not $byModels) (dig "hf" "enabled" true $platform) (dig "analysis" "enabled" true $platform) -}}
+{{- $others := false -}}
+{{- range $name := without (include "llm-serving.appNames" . | fromJsonArray) "vllm" -}}
+{{- $others = or $others (dig $name "enabled" true $platform) -}}
+{{- end -}}
+{{- if or (not $byModels) $others -}}
 {{- $refs = append $refs (include "llm-serving.modelRef" .) -}}
 {{- end -}}
 {{- if $byModels -}}
@@ -85,29 +89,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toYaml (uniq $refs) -}}
 {{- end -}}
 
-{{/* App name -> [import path, default route prefix]: serving.app.build_apps in template form. */}}
-{{- define "llm-serving.appTable" -}}
-vllm: [serving.app:vllm_app, /]
-hf: [serving.app:hf_app, /hf]
-analysis: [serving.app:analysis_app, /analysis]
-router: [serving.app:router_app, /]
-model: [serving.app:model_app, null]
-{{- end -}}
-
-{{/* serving.config.ROUTER_CONFIGS: Serve's request_router_config of each models[].routing policy. */}}
-{{- define "llm-serving.routerConfigs" -}}
-power_of_two: {}
-prefix_cache: {request_router_class: "serving.routing:PrefixAffinityRouter"}
-session: {request_router_class: "serving.routing:SessionAffinityRouter"}
-load_aware: {request_router_class: "serving.routing:LoadAwareRouter", request_routing_stats_period_s: 1.0}
-random: {request_router_class: "serving.routing:RandomRouter"}
-{{- end -}}
-
 {{/* Settings without the deployment options Serve applies in place (serving.k8s.serve_config.NOT_IN_ARGS)
 and without the keys in .also. */}}
 {{- define "llm-serving.withoutServeOptions" -}}
 {{- $section := deepCopy (.section | default dict) -}}
-{{- range $key := concat (list "enabled" "route_prefix" "num_replicas" "autoscaling" "max_ongoing_requests" "backpressure" "graceful_shutdown_timeout_s" "graceful_shutdown_wait_loop_s" "max_surge_percent") (.also | default list) -}}
+{{- range $key := concat (include "llm-serving.notInArgs" . | fromJsonArray) (.also | default list) -}}
 {{- $_ := unset $section $key -}}
 {{- end -}}
 {{- toYaml $section -}}
@@ -121,7 +107,8 @@ here restarts the app's replicas; anything else leaves them running.
 {{- define "llm-serving.appArgs" -}}
 {{- $name := .name -}}
 {{- $args := dict -}}
-{{- range $key := list "model" $name "auth" "limits" -}}
+{{- $row := get (include "llm-serving.appTable" . | fromJson) $name -}}
+{{- range $key := $row.sections -}}
 {{- if hasKey $.platform $key -}}
 {{- $section := get $.platform $key -}}
 {{- if eq $key $name -}}
@@ -135,23 +122,14 @@ here restarts the app's replicas; anything else leaves them running.
 {{- toYaml $args -}}
 {{- end -}}
 
-{{/* Defaults of the deployment options: PlatformConfig's (a test renders without them). */}}
-{{- define "llm-serving.servingDefaults" -}}
-vllm: {max_ongoing_requests: 256, max_queued_requests: 512}
-hf: {max_ongoing_requests: 8, max_queued_requests: 32}
-analysis: {max_ongoing_requests: 4}
-replica: {num_replicas: 1, graceful_shutdown_timeout_s: 120.0, graceful_shutdown_wait_loop_s: 1.0, max_surge_percent: 25, status_code: 503, retry_after_s: 1.0}
-autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscale_delay_s: 2.0, downscale_delay_s: 20.0, metrics_interval_s: 1.0, look_back_period_s: 3.0}
-{{- end -}}
-
 {{/* Serve's options of an app's deployment (serving.k8s.serve_config.deployment_options), applied in place. */}}
 {{- define "llm-serving.deploymentOptions" -}}
-{{- $d := include "llm-serving.servingDefaults" . | fromYaml -}}
+{{- $d := include "llm-serving.servingDefaults" . | fromJson -}}
 {{- $app := .app -}}
 {{- $own := get $d .name -}}
-{{- $names := dict "vllm" "VLLMServer" "hf" "HFBaseline" "analysis" "Analysis" -}}
-{{- $opts := dict "name" (get $names .name) "max_ongoing_requests" (dig "max_ongoing_requests" $own.max_ongoing_requests $app) -}}
-{{- if ne .name "analysis" -}}
+{{- $row := get (include "llm-serving.appTable" . | fromJson) .name -}}
+{{- $opts := dict "name" $row.deployment "max_ongoing_requests" (dig "max_ongoing_requests" $own.max_ongoing_requests $app) -}}
+{{- if $row.scaled -}}
 {{- $r := $d.replica -}}
 {{- $_ := set $opts "graceful_shutdown_timeout_s" (dig "graceful_shutdown_timeout_s" $r.graceful_shutdown_timeout_s $app) -}}
 {{- $_ = set $opts "graceful_shutdown_wait_loop_s" (dig "graceful_shutdown_wait_loop_s" $r.graceful_shutdown_wait_loop_s $app) -}}
@@ -171,9 +149,9 @@ autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscal
 
 {{/* Enabled apps in build_apps order, as ServeApplicationSchema dicts. */}}
 {{- define "llm-serving.serveApplications" -}}
-{{- $table := include "llm-serving.appTable" . | fromYaml -}}
+{{- $table := include "llm-serving.appTable" . | fromJson -}}
 {{- $apps := list -}}
-{{- range $name := list "vllm" "hf" "analysis" -}}
+{{- range $name := include "llm-serving.appNames" . | fromJsonArray -}}
 {{- $app := get $.Values.platform $name | default dict -}}
 {{- if and (eq $name "vllm") $.Values.platform.models (dig "enabled" true $app) -}}
 {{- $apps = concat $apps (include "llm-serving.modelApplications" $ | fromYamlArray) -}}
@@ -181,7 +159,7 @@ autoscaling: {min_replicas: 1, max_replicas: 1, target_queue_depth: 32.0, upscal
 {{- $row := get $table $name -}}
 {{- $args := include "llm-serving.appArgs" (dict "platform" $.Values.platform "name" $name) | fromYaml -}}
 {{- $options := include "llm-serving.deploymentOptions" (dict "name" $name "app" $app) | fromYaml -}}
-{{- $apps = append $apps (dict "name" $name "import_path" (index $row 0) "route_prefix" (dig "route_prefix" (index $row 1) $app) "args" $args "deployments" (list $options)) -}}
+{{- $apps = append $apps (dict "name" $name "import_path" $row.import_path "route_prefix" (dig "route_prefix" $row.route_prefix $app) "args" $args "deployments" (list $options)) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $apps -}}
@@ -195,13 +173,13 @@ name), so a change to one model restarts that model alone.
 */}}
 {{- define "llm-serving.modelApplications" -}}
 {{- $platform := .Values.platform -}}
-{{- $table := include "llm-serving.appTable" . | fromYaml -}}
-{{- $routers := include "llm-serving.routerConfigs" . | fromYaml -}}
+{{- $table := include "llm-serving.appTable" . | fromJson -}}
+{{- $routers := include "llm-serving.routerConfigs" . | fromJson -}}
 {{- $shared := dict -}}
 {{- range $key := list "auth" "limits" -}}
 {{- if hasKey $platform $key -}}{{- $_ := set $shared $key (get $platform $key) -}}{{- end -}}
 {{- end -}}
-{{- $router := dict "name" "vllm" "import_path" (index $table.router 0) "route_prefix" (dig "vllm" "route_prefix" (index $table.router 1) $platform) "args" (merge (dict "models" $platform.models) $shared) -}}
+{{- $router := dict "name" "vllm" "import_path" $table.router.import_path "route_prefix" (dig "vllm" "route_prefix" $table.router.route_prefix $platform) "args" (merge (dict "models" $platform.models) $shared) -}}
 {{- $apps := list $router -}}
 {{- range $entry := $platform.models -}}
 {{- $model := deepCopy ($entry.model | default dict) -}}
@@ -214,7 +192,7 @@ name), so a change to one model restarts that model alone.
 {{- if $router -}}
 {{- $_ = set $options "request_router_config" $router -}}
 {{- end -}}
-{{- $apps = append $apps (dict "name" (printf "vllm-%s" $entry.name) "import_path" (index $table.model 0) "route_prefix" nil "args" $args "deployments" (list $options)) -}}
+{{- $apps = append $apps (dict "name" (printf "vllm-%s" $entry.name) "import_path" $table.model.import_path "route_prefix" nil "args" $args "deployments" (list $options)) -}}
 {{- end -}}
 {{- toYaml $apps -}}
 {{- end -}}

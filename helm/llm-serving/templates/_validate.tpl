@@ -33,10 +33,10 @@ platform.model.ref: no model is set. Set a Hugging Face id (e.g. Qwen/Qwen2.5-0.
 {{- define "llm-serving.validate.platformRules" -}}
 {{- $problems := list -}}
 {{- $seen := dict -}}
-{{- $table := include "llm-serving.appTable" . | fromYaml -}}
-{{- range $name := list "vllm" "hf" "analysis" -}}
+{{- $table := include "llm-serving.appTable" . | fromJson -}}
+{{- range $name := include "llm-serving.appNames" . | fromJsonArray -}}
 {{- $app := get $.Values.platform $name | default dict -}}
-{{- $prefix := dig "route_prefix" (index (get $table $name) 1) $app -}}
+{{- $prefix := dig "route_prefix" (get $table $name).route_prefix $app -}}
 {{- if not (hasPrefix "/" $prefix) -}}
 {{- $problems = append $problems (printf "platform.%s.route_prefix: %q must start with '/'." $name $prefix) -}}
 {{- else if hasKey $seen $prefix -}}
