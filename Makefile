@@ -16,7 +16,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
 
-.PHONY: install install-test system-deps serve bench compare test test-unit test-integration test-k8s render docs clean down status
+.PHONY: install install-test system-deps serve bench compare lint test test-unit test-integration test-k8s render docs clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
@@ -91,8 +91,15 @@ compare: install
 	$$LS bench --suite seed --config $(COMPARE_CONFIG) --output $(COMPARE_OUT)/seed || code=$$?; \
 	exit $$code
 
-test: install-test
+test: install-test lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Style, types and package layers (configured in pyproject.toml); `make test` runs it first.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test-unit: install-test
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

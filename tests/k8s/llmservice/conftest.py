@@ -10,15 +10,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import kmock as kmock_lib
+import kopf
 import pytest
 import yaml
+from kopf.testing import KopfRunner
 
-kmock_lib = pytest.importorskip("kmock", reason="kmock (in-memory Kubernetes API) is not installed")
-kopf = pytest.importorskip("kopf", reason="kopf is not installed")
-
-from kopf.testing import KopfRunner  # noqa: E402
-
-from operators.spec import GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from operators.spec import GROUP, KIND, PLURAL, VERSION
 
 LLMSERVICES = f"{GROUP}/{VERSION}/{PLURAL}"
 RAYSERVICES = "ray.io/v1/rayservices"

@@ -1,0 +1,68 @@
+"""`make lint` catches what it is for: an unused import, a type error and an import across the
+package layers each fail it. Each check runs the project's own configuration (pyproject.toml) on
+a copy of the packages with one mistake injected."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """The packages and their lint configuration, copied."""
+    for package in ("serving", "operators"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("data"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def run(tool: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"PYTHONPATH": str(cwd)}  # the copy, not the installed checkout
+    return subprocess.run(
+        [str(BIN / tool), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def inject(path: Path, line: str) -> None:
+    path.write_text(path.read_text() + f"\n{line}\n")
+
+
+def test_the_packages_pass_as_they_are(tree: Path) -> None:
+    assert run("ruff", "check", "serving/apps.py", cwd=tree).returncode == 0
+    assert run("mypy", "serving/apps.py", cwd=tree).returncode == 0
+    assert run("lint-imports", cwd=tree).returncode == 0
+
+
+def test_an_unused_import_fails(tree: Path) -> None:
+    inject(tree / "serving" / "apps.py", "import os")
+    result = run("ruff", "check", "serving/apps.py", cwd=tree)
+    assert result.returncode != 0 and "F401" in result.stdout
+
+
+def test_a_type_error_fails(tree: Path) -> None:
+    inject(tree / "serving" / "apps.py", 'WRONG: int = "not a number"')
+    result = run("mypy", "serving/apps.py", cwd=tree)
+    assert result.returncode != 0 and "Incompatible types in assignment" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("serving/engines/base.py", "import serving.api.errors"),
+        ("serving/config.py", "import serving.deployments"),
+        ("serving/k8s/serve_config.py", "import operators.spec"),
+    ],
+)
+def test_an_import_across_layers_fails(tree: Path, module: str, forbidden: str) -> None:
+    inject(tree / module, forbidden)
+    result = run("lint-imports", cwd=tree)
+    assert result.returncode != 0 and "BROKEN" in result.stdout
