@@ -8,6 +8,7 @@ only the apps whose own settings changed, and replica counts and autoscaling cha
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -152,7 +153,10 @@ def connect() -> None:
 
     if not ray.is_initialized():
         ray.init(
-            address="auto", namespace=RAY_NAMESPACE, logging_level="ERROR", log_to_driver=False
+            address="auto",
+            namespace=RAY_NAMESPACE,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
         )
 
 
@@ -279,7 +283,10 @@ def serve_status() -> dict:
             "deployments": {
                 dname: {
                     "status": str(getattr(dep.status, "value", dep.status)),
-                    "replicas": dict(dep.replica_states),
+                    "replicas": {
+                        str(getattr(state, "value", state)): n
+                        for state, n in dep.replica_states.items()
+                    },
                 }
                 for dname, dep in app.deployments.items()
             },
