@@ -141,7 +141,7 @@ def config_page() -> str:
         "Every field of `serving.config.PlatformConfig`: a local config file (`llm-serving up "
         "--config FILE`), the chart's `platform` values and an LLMService's `spec.platform` all "
         "take these keys. Unknown keys are rejected. Defaults are the model's own; the shipped "
-        "`serving/default.yaml` sets a few of them (tool calling, CPU engine settings).",
+        "`serving/default.yaml` sets only what a local CPU run changes (float32, tool calling).",
         "",
     ]
     return "\n".join(lines + sections(schema["properties"], schema["$defs"], MISSING))

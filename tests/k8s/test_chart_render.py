@@ -13,7 +13,7 @@ from serving import metrics
 from serving.config import ray_env
 from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
-from serving.k8s.values_schema import undocumented_values
+from serving.k8s.values_schema import undocumented_values, value_comments
 from tests.k8s.conftest import MATRIX, Rendered, ray_containers, rendered
 
 GPU = "nvidia.com/gpu"
@@ -192,6 +192,13 @@ def test_notes_tell_how_to_reach_api_and_dashboard() -> None:
 
 def test_every_value_is_documented() -> None:
     assert undocumented_values((CHART_DIR / "values.yaml").read_text()) == []
+
+
+def test_platform_values_are_described_by_platform_config_alone() -> None:
+    """No `# --` doc comment under `platform`: its keys' descriptions are PlatformConfig's, in the
+    values schema and the config reference, so there is no second copy to drift."""
+    comments = value_comments((CHART_DIR / "values.yaml").read_text())
+    assert [path for path in comments if path.startswith("platform.")] == []
 
 
 def test_dashboard_queries_name_platform_metrics() -> None:

@@ -98,3 +98,24 @@ def test_autoscaling_pushes_queue_metrics_at_the_configured_interval() -> None:
         serve = AutoscalingConfig(**settings.serve_options())
     assert serve.metrics_interval_s == 0.5
     assert serve.look_back_period_s == 2
+
+
+def test_the_shipped_default_holds_only_what_differs_from_platform_config() -> None:
+    """serving/default.yaml repeats no default of PlatformConfig: each of its leaves differs."""
+    from importlib import resources
+
+    import yaml
+
+    written = yaml.safe_load(resources.files("serving").joinpath("default.yaml").read_text())
+    defaults = PlatformConfig().model_dump(mode="json")
+
+    def repeated(values: dict, base: dict, path: str = "") -> list[str]:
+        found = []
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                found += repeated(value, base[key], f"{path}{key}.")
+            elif base.get(key) == value:
+                found.append(path + key)
+        return found
+
+    assert repeated(written, defaults) == []
