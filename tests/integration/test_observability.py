@@ -12,9 +12,9 @@ import httpx
 
 from serving import metrics as m
 from serving.loadgen.autoscale import ray_auth_headers
-from serving.metrics import dashboard_metric_names
 from tests.integration.conftest import ROOT, Platform, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
+from tests.promql import dashboard_metric_names
 
 # Aggregated: earlier tests' extra apps (and their replicas) carry the same labels, so a bare
 # selector may return several series in any order.

@@ -11,7 +11,7 @@ import pytest
 from serving.loadgen import autoscale, autoscale_report
 from serving.loadgen.autoscale import ReplicaSample, figures
 from serving.loadgen.client import RequestOptions, RequestResult, Target, TargetError
-from serving.metrics import dashboard_metric_names, promql_metric_names
+from tests.promql import dashboard_metric_names, promql_metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
