@@ -13,7 +13,8 @@ from serving.api import limits as lim
 from serving.api.errors import APIError
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from serving.config import RequestLimits
-from serving.engines.base import MODEL_SAMPLING_FIELDS, Delta, Engine, SamplingSpec, TokenLogprob
+from serving.engines.base import Delta, Engine, SamplingSpec, TokenLogprob
+from serving.engines.sampling_defaults import MODEL_SAMPLING_FIELDS
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI legacy completions default
 

@@ -34,7 +34,7 @@ from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
 from serving.config import AnalysisDeploymentConfig, PlatformConfig
 from serving.deployments.vllm_server import replica_actor_options
-from serving.engines.base import use_all_cpu_cores
+from serving.engines.cpu import use_all_cpu_cores
 from serving.models import resolve_model
 
 

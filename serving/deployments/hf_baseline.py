@@ -16,7 +16,7 @@ from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig
 from serving.deployments.vllm_server import replica_actor_options
-from serving.engines.base import use_all_cpu_cores
+from serving.engines.cpu import use_all_cpu_cores
 from serving.engines.hf import HFEngine
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import math
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -103,83 +100,3 @@ class Engine(Protocol):
     async def check_health(self) -> None:
         """Raise if the engine cannot serve."""
         ...
-
-
-# Sampling fields a model's generation_config.json may set, as vLLM reads them (its
-# `--generation-config auto`, the default of `vllm serve`): they replace the neutral defaults of
-# a request that leaves them out. `max_new_tokens` is not taken: max_tokens has its own default.
-MODEL_SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-)
-
-
-def model_sampling_defaults(model_dir: Any) -> dict[str, float]:
-    """The sampling values the model's generation_config.json sets away from transformers'
-    defaults (the same diff vLLM takes); {} when the model has none."""
-    from transformers import GenerationConfig
-
-    try:
-        config = GenerationConfig.from_pretrained(model_dir)
-    except OSError:  # no generation_config.json
-        return {}
-    diff = config.to_diff_dict()
-    values = {key: diff[key] for key in MODEL_SAMPLING_FIELDS if diff.get(key) is not None}
-    if values:  # as vLLM says it: a request that omits these gets the model creator's values
-        logging.getLogger(__name__).info("default sampling from generation_config: %s", values)
-    return values
-
-
-CGROUP_ROOT = "/sys/fs/cgroup"
-
-
-def cgroup_cpu_limit(root: str = CGROUP_ROOT) -> float | None:
-    """CPUs the container's quota allows (a pod's `limits.cpu`), None without a quota. cgroup v2:
-    `cpu.max` ("200000 100000", or "max 100000"); v1: cpu.cfs_quota_us / cpu.cfs_period_us."""
-    for quota_file, period_file in (
-        ("cpu.max", None),
-        ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"),
-        ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us"),
-    ):
-        try:
-            with open(os.path.join(root, quota_file)) as f:
-                fields = f.read().split()
-            if period_file is not None:
-                with open(os.path.join(root, period_file)) as f:
-                    fields.append(f.read().strip())
-        except OSError:
-            continue
-        if len(fields) < 2 or fields[0] in ("max", "-1"):
-            return None
-        return int(fields[0]) / int(fields[1])
-    return None
-
-
-def cpu_cores(cgroup_root: str = CGROUP_ROOT) -> int:
-    """Cores this process may use: its affinity (a cpuset), capped by the container's CPU quota
-    (a pod limited to 4 CPUs on a 64-core node sees 64 cores but gets 4; 64 threads would
-    thrash). A fractional quota rounds up: 1.5 CPUs still run 2 threads' worth in bursts."""
-    cores = len(os.sched_getaffinity(0))
-    limit = cgroup_cpu_limit(cgroup_root)
-    if limit is None:
-        return cores
-    return max(1, min(cores, math.ceil(limit)))
-
-
-def use_all_cpu_cores() -> int:
-    """Let torch use every core this process may use (affinity and CPU quota); returns the
-    thread count.
-
-    Ray sets OMP_NUM_THREADS to an actor's num_cpus (1) in each worker, so a transformers model
-    in a replica would compute on one core while `generate()` in a script uses all of them.
-    """
-    import torch
-
-    cores = cpu_cores()
-    torch.set_num_threads(cores)
-    return cores

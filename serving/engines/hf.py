@@ -40,7 +40,6 @@ from serving.engines.base import (
     EngineStats,
     FinishReason,
     SamplingSpec,
-    model_sampling_defaults,
 )
 from serving.engines.hf_logprobs import prompt_logprobs, token_logprob
 from serving.engines.hf_rows import (
@@ -52,6 +51,7 @@ from serving.engines.hf_rows import (
     seeded_generator,
     take_delta,
 )
+from serving.engines.sampling_defaults import model_sampling_defaults
 
 MODES = ("generate", "no-cache", "kv-cache", "static-batch")
 

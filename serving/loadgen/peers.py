@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from serving.config import PlatformConfig
-from serving.engines.base import cpu_cores
+from serving.engines.cpu import cpu_cores
 from serving.engines.vllm import vllm_env
 from serving.engines.vllm_args import server_options
 from serving.loadgen.client import Target

@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 from serving.api.generation import sampling_spec
 from serving.api.protocol import CompletionRequest
 from serving.api.routes import build_openai_app
-from serving.engines.base import SamplingSpec, model_sampling_defaults
+from serving.engines.base import SamplingSpec
 from serving.engines.hf_rows import Row, choose_token, seeded_generator
+from serving.engines.sampling_defaults import model_sampling_defaults
 from tests.unit.fake_engine import FakeEngine
 
 QWEN_INSTRUCT = {  # the shape of Qwen2.5-*-Instruct's generation_config.json

@@ -39,7 +39,7 @@ def test_gpu_replica_keeps_the_thread_setting() -> None:
 def test_torch_gets_every_core_the_process_may_use(monkeypatch) -> None:
     import torch
 
-    from serving.engines.base import use_all_cpu_cores
+    from serving.engines.cpu import use_all_cpu_cores
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
     before = torch.get_num_threads()
@@ -63,7 +63,7 @@ def test_torch_gets_every_core_the_process_may_use(monkeypatch) -> None:
     ],
 )
 def test_cpu_cores_follow_the_container_quota(tmp_path, monkeypatch, files, expected) -> None:
-    from serving.engines.base import cpu_cores
+    from serving.engines.cpu import cpu_cores
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
