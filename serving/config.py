@@ -11,8 +11,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from serving import apps as registry
-from serving.replica_config import (  # noqa: F401 - re-exported: PlatformConfig's parts
-    Accelerator,
+from serving.replica_config import (
     AutoscalingSettings,
     BackpressureSettings,
     ReplicaResources,

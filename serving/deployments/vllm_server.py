@@ -24,11 +24,12 @@ from serving.api.auth import key_ring
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
-from serving.config import PlatformConfig, ReplicaResources
+from serving.config import PlatformConfig
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
+from serving.replica_config import ReplicaResources
 from serving.routing import RoutingHint
 
 

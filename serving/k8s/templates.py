@@ -10,15 +10,10 @@ import json
 from typing import Any
 
 from serving import apps as registry
-from serving.config import (
-    ROUTER_CONFIGS,
-    AutoscalingSettings,
-    BackpressureSettings,
-    PlatformConfig,
-    VLLMDeploymentConfig,
-)
+from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
 from serving.k8s import CHART_DIR
 from serving.k8s.serve_config import NOT_IN_ARGS
+from serving.replica_config import AutoscalingSettings, BackpressureSettings
 
 TEMPLATE_FILE = CHART_DIR / "templates" / "_generated.tpl"
 REPLICA_DEFAULTS = (

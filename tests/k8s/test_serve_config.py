@@ -13,12 +13,13 @@ from click.testing import CliRunner
 
 from serving import apps as registry
 from serving.cli import main
-from serving.config import AutoscalingSettings, PlatformConfig, parse_config
+from serving.config import PlatformConfig, parse_config
 from serving.k8s.serve_config import (
     NOT_IN_ARGS,
     serve_config_v2,
     validate_serve_config,
 )
+from serving.replica_config import AutoscalingSettings
 from tests.k8s.conftest import Rendered, rendered
 
 

@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.config import (
-    AutoscalingSettings,
-    ConfigError,
-    PlatformConfig,
-    StrictModel,
-    load_config,
-    parse_config,
-)
+from serving.config import ConfigError, PlatformConfig, load_config, parse_config
+from serving.replica_config import AutoscalingSettings, StrictModel
 
 
 def test_default_config_ships_and_validates() -> None:
