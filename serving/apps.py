@@ -2,8 +2,9 @@
 config (serving.k8s.serve_config), the chart's app table (generated into
 helm/llm-serving/templates/_generated.tpl) and the operator (which renders the chart) all read.
 
-Adding an app: an entry here, its builder in serving.app and its deployment module. Its entry
-names the PlatformConfig section that enables, routes and sizes it."""
+Adding an app: an entry here and its deployment module (with its Serve builder, which takes the
+app's part of the platform config as `args`), and the PlatformConfig section its entry names,
+which enables, routes and sizes it (tests/k8s/test_app_registry.py adds a toy one)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,14 @@ class App:
 
 
 APPS: tuple[App, ...] = (
-    App("vllm", "serving.app:vllm_app", "VLLMServer"),
-    App("hf", "serving.app:hf_app", "HFBaseline"),
-    App("analysis", "serving.app:analysis_app", "Analysis", scaled=False),
+    App("vllm", "serving.deployments.vllm_server:vllm_app", "VLLMServer"),
+    App("hf", "serving.deployments.hf_baseline:hf_app", "HFBaseline"),
+    App("analysis", "serving.deployments.analysis:analysis_app", "Analysis", scaled=False),
 )
 # With `models`, the `vllm` app is this router at vllm.route_prefix, and each model an app of its
 # own built by MODEL_BUILDER, without a route (the router reaches it by handle).
-ROUTER_BUILDER = "serving.app:router_app"
-MODEL_BUILDER = "serving.app:model_app"
+ROUTER_BUILDER = "serving.deployments.model_router:router_app"
+MODEL_BUILDER = "serving.deployments.vllm_server:model_app"
 
 
 def app_named(name: str) -> App:

@@ -32,7 +32,7 @@ from serving.api.auth import EXEMPT_PATHS, KeyRing, key_ring, route_path
 from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
-from serving.config import AnalysisDeploymentConfig, PlatformConfig
+from serving.config import AnalysisDeploymentConfig, PlatformConfig, parse_config
 from serving.deployments.vllm_server import replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.models import resolve_model
@@ -222,3 +222,8 @@ def build_analysis_app(config: PlatformConfig) -> Application:
         max_ongoing_requests=deployment.max_ongoing_requests,
         ray_actor_options=replica_actor_options(deployment.resources, {}),
     ).bind(config.model_dump(mode="json"))
+
+
+def analysis_app(args: dict[str, Any]) -> Application:
+    """Serve's builder (serving.apps names it): the analysis app from its config part."""
+    return build_analysis_app(parse_config(args, "serve config args"))

@@ -14,7 +14,7 @@ from ray.serve import Application
 
 from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
-from serving.config import PlatformConfig
+from serving.config import PlatformConfig, parse_config
 from serving.deployments.vllm_server import replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.engines.hf import HFEngine
@@ -63,3 +63,8 @@ def build_hf_app(config: PlatformConfig) -> Application:
         **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, {}),
     ).bind(config.model_dump(mode="json"))
+
+
+def hf_app(args: dict[str, Any]) -> Application:
+    """Serve's builder (serving.apps names it): the transformers baseline from its config part."""
+    return build_hf_app(parse_config(args, "serve config args"))

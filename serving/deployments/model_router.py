@@ -17,7 +17,7 @@ from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes
 from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
 from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
-from serving.config import PlatformConfig
+from serving.config import PlatformConfig, parse_config
 from serving.routing import RoutingHint
 
 
@@ -102,3 +102,8 @@ class ModelRouter:
 
 def build_router_app(config: PlatformConfig) -> Application:
     return ModelRouter.bind(config.model_dump(mode="json"))
+
+
+def router_app(args: dict[str, Any]) -> Application:
+    """Serve's builder of a multi-model platform's one OpenAI endpoint (models, auth, limits)."""
+    return build_router_app(parse_config(args, "serve config args"))

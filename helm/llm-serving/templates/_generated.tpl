@@ -2,7 +2,7 @@
 {{- define "llm-serving.appTable" -}}
 {
   "vllm": {
-    "import_path": "serving.app:vllm_app",
+    "import_path": "serving.deployments.vllm_server:vllm_app",
     "route_prefix": "/",
     "deployment": "VLLMServer",
     "scaled": true,
@@ -14,7 +14,7 @@
     ]
   },
   "hf": {
-    "import_path": "serving.app:hf_app",
+    "import_path": "serving.deployments.hf_baseline:hf_app",
     "route_prefix": "/hf",
     "deployment": "HFBaseline",
     "scaled": true,
@@ -26,7 +26,7 @@
     ]
   },
   "analysis": {
-    "import_path": "serving.app:analysis_app",
+    "import_path": "serving.deployments.analysis:analysis_app",
     "route_prefix": "/analysis",
     "deployment": "Analysis",
     "scaled": false,
@@ -38,11 +38,11 @@
     ]
   },
   "router": {
-    "import_path": "serving.app:router_app",
+    "import_path": "serving.deployments.model_router:router_app",
     "route_prefix": "/"
   },
   "model": {
-    "import_path": "serving.app:model_app",
+    "import_path": "serving.deployments.vllm_server:model_app",
     "route_prefix": null
   }
 }
