@@ -8,7 +8,7 @@ sends is accepted, `"logprobs": null` and `repetition_penalty` included."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -150,9 +150,10 @@ class CompletionRequest(SamplingRequest):
         """The batch: one entry per prompt (a list of ints is one pre-tokenized prompt)."""
         if isinstance(self.prompt, str):
             return [self.prompt]
+        # pydantic validated the list as one of the union's list types, so all ints is `list[int]`.
         if all(isinstance(item, int) for item in self.prompt):
-            return [list(self.prompt)]
-        return list(self.prompt)
+            return [list(cast(list[int], self.prompt))]
+        return list(cast(list[str] | list[list[int]], self.prompt))
 
     def prompt_text(self, index: int, decode: Callable[[list[int]], str]) -> str:
         """The text of one prompt of the batch, as echo returns it (token ids are decoded)."""

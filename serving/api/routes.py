@@ -17,6 +17,7 @@ from serving.api import generation as gen
 from serving.api import responses as resp
 from serving.api.auth import KeyRing
 from serving.api.errors import APIError, error_body, install_error_handlers
+from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import install_guards
 from serving.api.observe import StatusCounter, observed
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest
@@ -170,21 +171,7 @@ def build_openai_app(
         try:
             await engine.check_health()
         except Exception as err:
-            raise APIError(
-                f"engine unhealthy: {err}", status=503, code="engine_unhealthy"
-            ) from None
-        stats = engine.stats()
-        return JSONResponse(
-            {
-                "status": "ok",
-                "model": engine.model_name,
-                "running": stats.running,
-                "waiting": stats.waiting,
-                "kv_cache_usage": stats.kv_cache_usage,
-                "aborted_total": stats.aborted_total,
-                "ttft_p50_ms_1m": metrics.ttft_p50_ms() if metrics else None,
-                "startup_s": engine.startup_timings,
-            }
-        )
+            raise engine_unhealthy(err) from None
+        return JSONResponse(health_body(engine, metrics))
 
     return app

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import APIKeyAuth, KeyRing
 from serving.api.errors import APIError, error_body, error_response
+from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import BodySizeLimit, body_too_large, read_body, replay, timeout_error
 from serving.api.observe import StatusCounter
 from serving.config import RequestLimits
@@ -198,25 +199,6 @@ def replace_health(app: FastAPI, health: Callable[[], Any]) -> None:
     """The platform's `/health` (engine queue, start-up timings) instead of vLLM's empty one."""
     app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/health"]
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=True)
-
-
-def engine_unhealthy(err: Exception) -> APIError:
-    return APIError(f"engine unhealthy: {err}", status=503, code="engine_unhealthy")
-
-
-def health_body(engine: Any, metrics: PlatformMetrics | None) -> dict[str, Any]:
-    stats = engine.stats()
-    return {
-        "status": "ok",
-        "model": engine.model_name,
-        "running": stats.running,
-        "waiting": stats.waiting,
-        "kv_cache_usage": stats.kv_cache_usage,
-        "aborted_total": stats.aborted_total,
-        "prefix_cache_hit_rate": stats.prefix_cache_hit_rate,
-        "ttft_p50_ms_1m": metrics.ttft_p50_ms() if metrics else None,
-        "startup_s": engine.startup_timings,
-    }
 
 
 class WrappedApp:

@@ -33,7 +33,7 @@ from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
 from serving.config import AnalysisDeploymentConfig, PlatformConfig, parse_config
-from serving.deployments.vllm_server import replica_actor_options
+from serving.deployments.replica import replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.models import resolve_model
 

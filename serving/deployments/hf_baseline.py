@@ -15,7 +15,7 @@ from ray.serve import Application
 from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig, parse_config
-from serving.deployments.vllm_server import replica_actor_options
+from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.engines.hf import HFEngine
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
@@ -24,7 +24,7 @@ from serving.models import resolve_model
 
 @serve.deployment(name="HFBaseline", health_check_period_s=10, health_check_timeout_s=30)
 @serve.ingress()
-class HFBaseline:
+class HFBaseline(EngineReplica):
     async def __init__(self, config: dict[str, Any]) -> None:
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
@@ -46,15 +46,6 @@ class HFBaseline:
             limits=self.config.limits,
             keys=key_ring(self.config.auth),
         )
-
-    async def check_health(self) -> None:
-        """Serve's replica health check: a dead generation thread gets the replica replaced."""
-        await self.engine.check_health()
-
-    def __del__(self) -> None:
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.shutdown()
 
 
 def build_hf_app(config: PlatformConfig) -> Application:

@@ -25,21 +25,12 @@ from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import PlatformConfig, parse_config
+from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
-from serving.replica_config import ReplicaResources
 from serving.routing import RoutingHint
-
-
-def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": resources.num_cpus}
-    if resources.accelerator == "gpu":
-        options["num_gpus"] = 1
-    if env:
-        options["runtime_env"] = {"env_vars": env}
-    return options
 
 
 async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
@@ -60,7 +51,7 @@ async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
 
 @serve.deployment(name="VLLMServer", health_check_period_s=10, health_check_timeout_s=30)
 @serve.ingress()
-class VLLMServer:
+class VLLMServer(EngineReplica):
     async def __init__(self, config: dict[str, Any], behind_router: bool = False) -> None:
         started = time.perf_counter()
         self.replica_id = serve.get_replica_context().replica_id.unique_id
@@ -136,15 +127,6 @@ class VLLMServer:
             "waiting": stats.waiting,
             "kv_cache_usage": stats.kv_cache_usage,
         }
-
-    async def check_health(self) -> None:
-        """Serve's replica health check: a dead engine gets the replica replaced."""
-        await self.engine.check_health()
-
-    def __del__(self) -> None:
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.shutdown()
 
 
 REPLICA_HEADER = b"x-llm-serving-replica"

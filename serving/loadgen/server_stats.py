@@ -30,7 +30,9 @@ class Sample:
 
 
 class StatsSource(Protocol):
-    name: str
+    # Read-only: the sources are frozen dataclasses.
+    @property
+    def name(self) -> str: ...
 
     async def read(self, http: httpx.AsyncClient) -> tuple[int, int] | None:
         """(running, waiting) now, or None when the server did not say."""

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from serving.loadgen import memory
+from serving.loadgen import client, memory
 from serving.loadgen.bench import (
     BenchArgs,
     UsageError,
@@ -30,14 +30,6 @@ from serving.loadgen.bench import (
     parse_list,
     parse_targets,
 )
-from serving.loadgen.client import (
-    RequestOptions,
-    RequestResult,
-    Target,
-    TargetError,
-    make_client,
-    send_request,
-)
 from serving.loadgen.workloads import RequestSpec
 
 DEFAULT_MAX_GROWTH_MB = 200.0
@@ -46,11 +38,11 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 @dataclass(frozen=True)
 class SoakPlan:
-    target: Target
+    target: client.Target
     dashboard_url: str
     model: str
     specs: list[RequestSpec]
-    opts: RequestOptions
+    opts: client.RequestOptions
     concurrency: int
     duration_s: float
     warmup_s: float
@@ -60,7 +52,7 @@ class SoakPlan:
 
 @dataclass
 class SoakRun:
-    results: list[RequestResult]
+    results: list[client.RequestResult]
     samples: list[tuple[float, str, float]]  # (seconds since start, replica, MiB)
     elapsed_s: float
 
@@ -85,21 +77,23 @@ def dashboard_url(given: str | None) -> str:
     return url.rstrip("/")
 
 
-async def closed_loop(plan: SoakPlan, deadline: float, results: list[RequestResult]) -> None:
+async def closed_loop(plan: SoakPlan, deadline: float, results: list[client.RequestResult]) -> None:
     """`concurrency` workers, each sending the next prompt as soon as its last answer ended;
     none starts after the deadline, each request is bounded by the request timeout."""
-    client = make_client(plan.target, plan.opts)
+    http = client.make_client(plan.target, plan.opts)
 
     async def worker(first: int) -> None:
         i = first
         while time.perf_counter() < deadline:
-            results.append(await send_request(client, plan.opts, plan.specs[i % len(plan.specs)]))
+            results.append(
+                await client.send_request(http, plan.opts, plan.specs[i % len(plan.specs)])
+            )
             i += plan.concurrency
 
     try:
         await asyncio.gather(*(worker(k) for k in range(plan.concurrency)))
     finally:
-        await client.close()
+        await http.close()
 
 
 def read_memory(dashboard_url: str) -> list[tuple[str, float]]:
@@ -125,7 +119,7 @@ async def sample_memory(
 
 
 async def run_soak_load(plan: SoakPlan) -> SoakRun:
-    results: list[RequestResult] = []
+    results: list[client.RequestResult] = []
     samples: list[tuple[float, str, float]] = []
     stop = asyncio.Event()
     t0 = time.perf_counter()
@@ -142,7 +136,7 @@ async def run_soak_load(plan: SoakPlan) -> SoakRun:
     return SoakRun(results, samples, elapsed)
 
 
-def request_summary(results: list[RequestResult], elapsed_s: float) -> dict[str, Any]:
+def request_summary(results: list[client.RequestResult], elapsed_s: float) -> dict[str, Any]:
     done = [r for r in results if r.success]
     failures = Counter(r.status for r in results if not r.success)
     return {
@@ -270,7 +264,7 @@ def build_plan(
     dashboard = dashboard_url(dashboard)
     specs = build_requests(args)
     model = asyncio.run(check_targets(targets, args.model))
-    opts = RequestOptions(
+    opts = client.RequestOptions(
         model, args.endpoint, not args.free_length, timeout_s=args.request_timeout
     )
     return SoakPlan(
@@ -291,12 +285,14 @@ def check_replicas_visible(plan: SoakPlan) -> None:
     try:
         found = read_memory(plan.dashboard_url)
     except Exception as err:
-        raise TargetError(
+        raise client.TargetError(
             f"cannot list Serve replicas through the Ray dashboard {plan.dashboard_url} "
             f"({type(err).__name__})"
         ) from None
     if not found:
-        raise TargetError(f"no Serve replica found through the Ray dashboard {plan.dashboard_url}")
+        raise client.TargetError(
+            f"no Serve replica found through the Ray dashboard {plan.dashboard_url}"
+        )
 
 
 def run_soak(

@@ -260,7 +260,7 @@ def seed_requests(num: int, output_len: int) -> list[RequestSpec]:
 def _jsonl_record(line: str, where: str, output_len: int) -> RequestSpec:
     try:
         record: Any = json.loads(line)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise WorkloadError(f"{where}: not JSON ({err.msg})") from None
     prompt = record.get("prompt") if isinstance(record, dict) else None
     if not isinstance(prompt, str) or not prompt:

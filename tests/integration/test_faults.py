@@ -18,7 +18,8 @@ import pytest
 from filelock import FileLock
 
 from serving.config import PlatformConfig, parse_config
-from serving.deployments.vllm_server import VLLMServer, build_vllm_app, replica_actor_options
+from serving.deployments.replica import replica_actor_options
+from serving.deployments.vllm_server import VLLMServer, build_vllm_app
 from serving.engines.vllm import vllm_env
 from serving.local import ray_executable
 from serving.models import resolve_model
