@@ -69,7 +69,7 @@ async def test_the_inprocess_engine_core_streams_batches_aborts_and_rejects_alon
         {
             "model": {"ref": MODEL, "max_model_len": 256, "dtype": "float32"},
             # cpu_niceness None: an in-process engine would lower every thread of this test process
-            # for good (tests/unit/test_cpu_priority.py covers it in a child interpreter).
+            # for good (tests/unit/engines/test_cpu_priority.py covers it in a child interpreter).
             "vllm": {
                 "engine": {
                     "kv_cache_memory_gb": 0.1,

@@ -14,7 +14,7 @@ import pytest
 from serving.api.dispatch import ModelDispatch, Route, model_routes, run_asgi
 from serving.api.runtime_adapters import RuntimeAdapters
 from serving.routing import RoutingHint
-from tests.unit.test_dispatch import model_app
+from tests.unit.api.test_dispatch import model_app
 
 
 def endpoint(allowed: list[str], preloaded: list[tuple[Route, str]]) -> ModelDispatch:

@@ -113,7 +113,7 @@ def test_inprocess_mode_lowers_every_thread_of_the_replica() -> None:
     """In a child interpreter: this one's own threads could not get their niceness back."""
     script = (
         "import os, threading\n"
-        "from tests.unit.test_cpu_priority import engine_config, parked_thread\n"
+        "from tests.unit.engines.test_cpu_priority import engine_config, parked_thread\n"
         "from serving.engines.vllm import yield_cpu_to_control_plane\n"
         "with parked_thread() as engine_thread:\n"
         "    yield_cpu_to_control_plane(engine_config('cpu', 'inprocess'))\n"
@@ -126,7 +126,7 @@ def test_inprocess_mode_lowers_every_thread_of_the_replica() -> None:
         text=True,
         timeout=120,
         check=True,
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
     )
     assert done.stdout.split() == ["19", "19"]
 

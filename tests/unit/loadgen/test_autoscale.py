@@ -13,7 +13,7 @@ from serving.loadgen.autoscale import ReplicaSample, figures
 from serving.loadgen.client import RequestOptions, RequestResult, Target, TargetError
 from tests.promql import dashboard_metric_names, promql_metric_names
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def deployment(states: list[str], target: int, autoscaling: dict | None = None) -> dict:
