@@ -11,6 +11,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from serving import apps as registry
+from serving.access_config import AuthConfig, RequestLimits
 from serving.replica_config import (
     AutoscalingSettings,
     BackpressureSettings,
@@ -173,56 +174,6 @@ class HFDeploymentConfig(ReplicaScaling):
         50.0, ge=0, description="static-batch: how long to collect requests into one batch."
     )
     max_batch_size: int = Field(8, gt=0, description="static-batch: most requests per batch.")
-
-
-API_KEYS_ENV = "LLM_SERVING_API_KEYS"
-
-
-class AuthConfig(StrictModel):
-    """Bearer API keys. Auth is on when any key is configured (here or in the environment)."""
-
-    # repr=False: a logged or printed config never shows a key.
-    api_keys: list[str] = Field(
-        default_factory=list,
-        repr=False,
-        description="Accepted API keys (clients send `Authorization: Bearer KEY`). Keys written "
-        "here end up in the RayService spec: on Kubernetes prefer api_keys_env from a Secret.",
-    )
-    api_keys_env: str | None = Field(
-        API_KEYS_ENV,
-        description="Environment variable each replica reads more keys from, comma-separated "
-        "(the chart fills it from a Secret); null reads none.",
-    )
-
-    @model_validator(mode="after")
-    def _check_keys(self) -> AuthConfig:
-        if any(not key.strip() for key in self.api_keys):
-            raise ValueError("api_keys must not contain empty keys")
-        return self
-
-
-class RequestLimits(StrictModel):
-    """Limits on one request to the OpenAI routes (vLLM and baseline apps); a breach is a 4xx
-    whose message names the field. The body limit applies to the analysis app too."""
-
-    max_body_bytes: int = Field(
-        2 * 1024 * 1024, gt=0, description="Largest request body in bytes (larger: 413)."
-    )
-    max_prompt_tokens: int | None = Field(
-        None, gt=0, description="Longest prompt in tokens (longer: 400); unset = max_model_len."
-    )
-    max_tokens: int | None = Field(
-        None,
-        gt=0,
-        description="Most tokens one choice may ask for (`max_tokens`/`max_completion_tokens`; "
-        "more: 400); also caps the default when the request sets none.",
-    )
-    request_timeout_s: float | None = Field(
-        600.0,
-        gt=0,
-        description="Longest a completion may run; then it is aborted: 408, or an error event "
-        "when streaming. Unset = no limit.",
-    )
 
 
 class AnalysisDeploymentConfig(StrictModel):

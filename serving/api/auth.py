@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from serving.access_config import AuthConfig
 from serving.api.errors import error_body
-from serving.config import AuthConfig
 
 # Routes that answer without a key: probes (`llm-serving up`, Kubernetes, Serve) must see health.
 EXEMPT_PATHS = frozenset({"/health"})

@@ -13,6 +13,7 @@ from openai.types import Model
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
+from serving.access_config import RequestLimits
 from serving.api import generation as gen
 from serving.api import responses as resp
 from serving.api.auth import KeyRing
@@ -21,7 +22,6 @@ from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import install_guards
 from serving.api.observe import StatusCounter, observed
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest
-from serving.config import RequestLimits
 from serving.engines.base import Delta, Engine
 from serving.metrics import PlatformMetrics
 

@@ -1,0 +1,57 @@
+"""Who may call the platform and how much one request may ask: API keys and request limits,
+the `auth` and `limits` parts of PlatformConfig that every app reads."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from serving.replica_config import StrictModel
+
+API_KEYS_ENV = "LLM_SERVING_API_KEYS"
+
+
+class AuthConfig(StrictModel):
+    """Bearer API keys. Auth is on when any key is configured (here or in the environment)."""
+
+    # repr=False: a logged or printed config never shows a key.
+    api_keys: list[str] = Field(
+        default_factory=list,
+        repr=False,
+        description="Accepted API keys (clients send `Authorization: Bearer KEY`). Keys written "
+        "here end up in the RayService spec: on Kubernetes prefer api_keys_env from a Secret.",
+    )
+    api_keys_env: str | None = Field(
+        API_KEYS_ENV,
+        description="Environment variable each replica reads more keys from, comma-separated "
+        "(the chart fills it from a Secret); null reads none.",
+    )
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> AuthConfig:
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError("api_keys must not contain empty keys")
+        return self
+
+
+class RequestLimits(StrictModel):
+    """Limits on one request to the OpenAI routes (vLLM and baseline apps); a breach is a 4xx
+    whose message names the field. The body limit applies to the analysis app too."""
+
+    max_body_bytes: int = Field(
+        2 * 1024 * 1024, gt=0, description="Largest request body in bytes (larger: 413)."
+    )
+    max_prompt_tokens: int | None = Field(
+        None, gt=0, description="Longest prompt in tokens (longer: 400); unset = max_model_len."
+    )
+    max_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Most tokens one choice may ask for (`max_tokens`/`max_completion_tokens`; "
+        "more: 400); also caps the default when the request sets none.",
+    )
+    request_timeout_s: float | None = Field(
+        600.0,
+        gt=0,
+        description="Longest a completion may run; then it is aborted: 408, or an error event "
+        "when streaming. Unset = no limit.",
+    )
