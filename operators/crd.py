@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 import yaml
+from pydantic import BaseModel
 
 from operators.spec import (
     GROUP,
@@ -80,7 +81,7 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def model_schema(model: type) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True)
     return structural(schema, schema.get("$defs", {}))
 

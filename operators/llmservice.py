@@ -41,8 +41,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # One API client per operator run (kept in kopf's memo, not in a global), built lazily after
     # kopf's login has configured the kubernetes client.
     memo.ray_services = kube.RayServices()
-    # Rendering imports Ray Serve's schema (seconds); pay it at start-up, and fail fast here if
-    # the image cannot render at all, rather than on the first LLMService.
+    # Rendering loads Helm's library and the chart (LLM_SERVING_CHART_DIR in the image): fail
+    # fast here if the image cannot render at all, rather than on the first LLMService.
     render.render_rayservice("warm-up", "default", {"image": "warm-up"})
 
 
@@ -76,31 +76,69 @@ def _apply(
     )
 
 
+def refused(body: kopf.Body) -> bool:
+    """This generation's spec is already reported invalid (Degraded, InvalidSpec): the chart's own
+    checks refuse some specs that parse, and only an edit of the spec can change the answer."""
+    status = body.get("status") or {}
+    if status.get("observedGeneration") != body["metadata"].get("generation"):
+        return False
+    return any(
+        (c.get("type"), c.get("status"), c.get("reason")) == ("Degraded", "True", "InvalidSpec")
+        for c in status.get("conditions") or []
+    )
+
+
+def namespaced(namespace: str | None) -> str:
+    """kopf types `namespace` for cluster-wide resources too; an LLMService always has one."""
+    if namespace is None:
+        raise kopf.PermanentError("an LLMService without a namespace")
+    return namespace
+
+
 def reconcile(
-    name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     """Render the RayService and create or patch it."""
-    _apply(name, namespace, body, patch, memo.ray_services)
+    _apply(name, namespaced(namespace), body, patch, memo.ray_services)
 
 
 def delete(
-    name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     """Delete the owned RayService now (the garbage collector would too, later, via the owner
     reference); a RayService this LLMService does not own is left alone."""
+    namespace = namespaced(namespace)
     if memo.ray_services.delete(name, namespace, owner_uid=body["metadata"]["uid"]):
         logger.info(f"deleted RayService {namespace}/{name}")
 
 
 def follow(
-    name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     """Copy the RayService's state and the platform's queue depth into the status; recreate a
     RayService someone deleted."""
+    namespace = namespaced(namespace)
     try:
         spec = parse_spec(dict(body.get("spec") or {}))
     except SpecError:
         return  # the Degraded condition already says why
+    if refused(body):
+        return  # not re-rendered (nor warned about) every tick; a RayService running stays
     try:
         rayservice = memo.ray_services.get(name, namespace)
     except kube.KubeRayMissing as err:  # report once; the timer retries until KubeRay exists

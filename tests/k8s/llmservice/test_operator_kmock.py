@@ -4,6 +4,7 @@ with a readable message and a Warning event, and the RayService's state reaches 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from tests.k8s.llmservice.conftest import (
     LLMSERVICES,
     NAMESPACE,
     RAYSERVICES,
+    SYNC_INTERVAL_S,
     eventually,
     llmservice,
 )
@@ -157,6 +159,27 @@ async def test_invalid_spec_is_degraded_with_a_readable_message(k8s: Any, operat
         lambda: condition(obj(k8s, LLMSERVICES, name), "Degraded")["status"] == "False"
     )
     assert operator.future.done() is False  # the operator is still running
+
+
+async def test_spec_the_chart_refuses_is_reported_once(k8s: Any, operator: Any) -> None:
+    """The chart's checks (here its values schema: an empty image) refuse a spec that parses:
+    Degraded with Helm's message, and the status timer does not warn again at every tick."""
+    body = example()
+    body["spec"]["image"] = ""
+    name = body["metadata"]["name"]
+    await create(k8s, body)
+
+    degraded = await eventually(lambda: condition(obj(k8s, LLMSERVICES, name), "Degraded"))
+    assert degraded["reason"] == "InvalidSpec" and "/image/repository" in degraded["message"]
+
+    def warnings() -> int:
+        return sum(e["reason"] == "InvalidSpec" for e in posted_events(k8s))
+
+    await asyncio.sleep(3 * SYNC_INTERVAL_S)  # the create handler and the first tick may race
+    before = warnings()
+    await asyncio.sleep(10 * SYNC_INTERVAL_S)
+    assert warnings() == before >= 1
+    assert obj(k8s, RAYSERVICES, name) is None
 
 
 async def test_rayservice_status_and_metrics_reach_the_llmservice(k8s: Any, operator: Any) -> None:

@@ -1,0 +1,43 @@
+"""operators.spec: an invalid LLMService spec is a SpecError naming the field (pydantic's checks
+and the GPU capacity rules the chart applies too)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from operators.spec import SpecError, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = yaml.safe_load((ROOT / "k8s" / "examples" / "llmservice.yaml").read_text())
+
+
+def spec(**changes: Any) -> dict[str, Any]:
+    return copy.deepcopy(EXAMPLE["spec"]) | changes
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"workers": {"min": 3, "max": 2}}, "workers.min (3) must not exceed workers.max (2)"),
+        ({"gpusPerReplica": 0}, "need 4 GPU(s) but gpusPerReplica is 0"),
+        (
+            {"workers": {"min": 1, "max": 2}},
+            "Serve may run 4 GPU replica(s) but workers.max x gpusPerReplica = 2",
+        ),
+        (
+            {"platform": {"vllm": {"num_replicas": 0}}},
+            "platform.vllm.num_replicas: Input should be greater than or equal to 1",
+        ),
+        ({"platform": {"modle": {}}}, "platform.modle: Extra inputs are not permitted"),
+        ({"image": None}, "image: Input should be a valid string"),
+    ],
+)
+def test_invalid_specs_name_the_field(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec(**changes))
+    assert message in str(err.value)
