@@ -15,7 +15,7 @@ from operators.spec import LLMServiceSpec, parse_spec
 from serving import apps as registry
 from tests.k8s.conftest import repo_path
 from tests.k8s.schemas import crd_errors, crds_available
-from tests.unit.test_operator_models import RAYSERVICE_STATUS
+from tests.unit.operators.test_models import RAYSERVICE_STATUS
 
 EXAMPLE = yaml.safe_load(repo_path("k8s", "examples", "llmservice-multi-model.yaml").read_text())
 Doc = dict[str, Any]

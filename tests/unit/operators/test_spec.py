@@ -12,7 +12,7 @@ import yaml
 
 from operators.spec import SpecError, parse_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = yaml.safe_load((ROOT / "k8s" / "examples" / "llmservice.yaml").read_text())
 
 

@@ -12,7 +12,7 @@ import yaml
 from operators import status
 from operators.spec import parse_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = yaml.safe_load((ROOT / "k8s" / "examples" / "llmservice.yaml").read_text())
 NOW = "2026-01-01T00:00:00Z"
 
