@@ -88,51 +88,31 @@ def refused(body: kopf.Body) -> bool:
     )
 
 
-def namespaced(namespace: str | None) -> str:
-    """kopf types `namespace` for cluster-wide resources too; an LLMService always has one."""
-    if namespace is None:
+def identity(body: kopf.Body) -> tuple[str, str]:
+    """The LLMService's name and namespace (it is namespaced: it always has one)."""
+    meta = body["metadata"]
+    if not meta.get("namespace"):
         raise kopf.PermanentError("an LLMService without a namespace")
-    return namespace
+    return meta["name"], meta["namespace"]
 
 
-def reconcile(
-    name: str,
-    namespace: str | None,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
+def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Render the RayService and create or patch it."""
-    _apply(name, namespaced(namespace), body, patch, memo.ray_services)
+    _apply(*identity(body), body, patch, memo.ray_services)
 
 
-def delete(
-    name: str,
-    namespace: str | None,
-    body: kopf.Body,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
+def delete(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Delete the owned RayService now (the garbage collector would too, later, via the owner
     reference); a RayService this LLMService does not own is left alone."""
-    namespace = namespaced(namespace)
+    name, namespace = identity(body)
     if memo.ray_services.delete(name, namespace, owner_uid=body["metadata"]["uid"]):
         logger.info(f"deleted RayService {namespace}/{name}")
 
 
-def follow(
-    name: str,
-    namespace: str | None,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
+def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Copy the RayService's state and the platform's queue depth into the status; recreate a
     RayService someone deleted."""
-    namespace = namespaced(namespace)
+    name, namespace = identity(body)
     try:
         spec = parse_spec(dict(body.get("spec") or {}))
     except SpecError:
