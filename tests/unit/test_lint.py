@@ -5,6 +5,7 @@ a copy of the packages with one mistake injected."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,31 @@ def test_an_import_across_layers_fails(tree: Path, module: str, forbidden: str) 
     inject(tree / module, forbidden)
     result = run("lint-imports", cwd=tree)
     assert result.returncode != 0 and "BROKEN" in result.stdout
+
+
+SUPPRESSIONS = (
+    re.compile(r"#\s*noqa(?P<codes>:\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?(?P<why>.*)$"),
+    re.compile(r"#\s*type:\s*ignore(?P<codes>\[[^\]]+\])?(?P<why>.*)$"),
+)
+
+
+def unexplained_suppressions(text: str) -> list[str]:
+    """`noqa` / `type: ignore` marks that name no code or give no reason after them."""
+    found = []
+    for line in text.splitlines():
+        for pattern in SUPPRESSIONS:
+            match = pattern.search(line)
+            if match and not (match["codes"] and match["why"].strip(" -—:#()")):
+                found.append(line.strip())
+    return found
+
+
+def test_suppressions_name_a_code_and_a_reason() -> None:
+    assert unexplained_suppressions("x = 1  # noqa: F401 -- re-exported for tests") == []
+    assert unexplained_suppressions("x = 1  # type: ignore[attr-defined]  # Ray adds it") == []
+    assert unexplained_suppressions("x = 1  # noqa") != []
+    assert unexplained_suppressions("x = 1  # type: ignore[misc]") != []
+    files = [p for d in ("serving", "operators", "tests") for p in (REPO / d).rglob("*.py")]
+    files.remove(Path(__file__))  # its examples above are unexplained on purpose
+    found = {str(p.relative_to(REPO)): unexplained_suppressions(p.read_text()) for p in files}
+    assert {path: lines for path, lines in found.items() if lines} == {}

@@ -154,7 +154,7 @@ def test_apply_that_loses_a_create_race_patches_the_winner() -> None:
             raise ApiException(status=404)
         return real_get(*args)
 
-    api.get_namespaced_custom_object = get_that_misses_the_other_create  # type: ignore[method-assign]
+    api.get_namespaced_custom_object = get_that_misses_the_other_create  # type: ignore[method-assign]  # a fake API, patched
     action, current = services.apply(desired, owner_uid="u-1")
     assert action == "unchanged" and current["spec"] == desired["spec"]
     assert api.calls.count("create") == 1
