@@ -48,7 +48,7 @@ def build_demo_adapter(model_dir: Path, out_dir: Path, seed: int) -> None:
         init_lora_weights=False,
         task_type="CAUSAL_LM",
     )
-    get_peft_model(base, config).save_pretrained(out_dir)
+    get_peft_model(base, config).save_pretrained(str(out_dir))
 
 
 def ensure_demo_adapter(model_dir: Path, name: str, cache_dir: str | None = None) -> Path:

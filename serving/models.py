@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -137,6 +138,8 @@ def tiny_qwen2_config(vocab_size: int, bos_token_id: int | None, eos_token_id: i
     from transformers import Qwen2Config
 
     # head_dim 32: vLLM's CPU attention rejects smaller heads. 14 query / 2 KV heads as in Qwen2.5.
+    # Qwen2Config declares no head_dim field; it keeps the keyword as an extra attribute.
+    undeclared: dict[str, Any] = {"head_dim": 32}
     return Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=14 * 32,
@@ -144,13 +147,13 @@ def tiny_qwen2_config(vocab_size: int, bos_token_id: int | None, eos_token_id: i
         num_hidden_layers=2,
         num_attention_heads=14,
         num_key_value_heads=2,
-        head_dim=32,
         max_position_embeddings=4096,
-        rope_theta=1_000_000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
         tie_word_embeddings=True,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
         dtype="bfloat16",
+        **undeclared,
     )
 
 
@@ -162,6 +165,7 @@ def build_tiny_qwen2(out_dir: Path, tokenizer_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     config = tiny_qwen2_config(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model = Qwen2ForCausalLM(config)
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]  # .to is functools.wraps'd; mypy binds no self
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

@@ -108,8 +108,9 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
     written without blocking the router's event loop (Ray's `ray.get` stalls every stream the
     router relays); the tree evicts old prompts (Ray's default keeps every prompt forever)."""
 
-    def initialize_state(self, **kwargs: Any) -> None:
-        super().initialize_state(**{"do_eviction": True} | kwargs)
+    def initialize_state(self, *args: Any, **kwargs: Any) -> None:
+        # Serve passes the deployment's `request_router_kwargs` by name.
+        super().initialize_state(*args, **{"do_eviction": True} | kwargs)
 
     def _extract_text_from_request(self, pending_request: Any) -> str:
         # A request with no text (a GET, an empty prompt, a call without a hint such as an
@@ -119,7 +120,7 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
         except ValueError:
             return NO_TEXT
 
-    async def _prefix_match_best_replicas(
+    async def _prefix_match_best_replicas(  # type: ignore[override]  # Ray's hint is wrong: it too returns [[...]]
         self, pending_request: Any, candidate_replicas: list[Any]
     ) -> list[list[Any]]:
         """The candidates whose earlier prompts share the longest prefix with this one, when it
@@ -127,7 +128,9 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
         text = self._extract_text_from_request(pending_request)
         ids = [replica.replica_id.to_full_id_str() for replica in candidate_replicas]
         matched, tenants = await self._tree_actor.prefix_match.remote(text, ids)
-        if not tenants or len(matched) < self._match_rate_threshold * len(text):
+        threshold = self._match_rate_threshold
+        assert threshold is not None, "Ray defaults it to 0.1; null is no threshold"
+        if not tenants or len(matched) < threshold * len(text):
             return [[]]
         by_id = dict(zip(ids, candidate_replicas))
         return [[by_id[tenant] for tenant in tenants if tenant in by_id]]

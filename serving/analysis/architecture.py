@@ -38,6 +38,8 @@ def meta_model(config: PretrainedConfig) -> PreTrainedModel:
 
 
 SHIPPED_SUFFIX = "-config.json"
+# The projections of an attention block this analysis reads, each an nn.Linear.
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def shipped_configs() -> dict[str, Path]:
@@ -137,6 +139,7 @@ def count_parameters(module: nn.Module) -> int:
 def parameter_counts(model: PreTrainedModel) -> dict[str, Any]:
     """Total, embeddings, the LM head (0 when tied to the embeddings), each decoder layer, the rest."""
     embed = model.get_input_embeddings().weight
+    assert isinstance(embed, torch.Tensor), "an input embedding's weight is a Parameter"
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embed
     head_params = 0 if head is None or tied else count_parameters(head)
@@ -193,16 +196,19 @@ def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
     found = [
         m
         for m in model.modules()
-        if all(
-            isinstance(getattr(m, p, None), nn.Linear)
-            for p in ("q_proj", "k_proj", "v_proj", "o_proj")
-        )
+        if all(isinstance(getattr(m, p, None), nn.Linear) for p in PROJECTIONS)
     ]
     if not found:
         raise AnalysisInputError(
             f"{type(model).__name__}: no attention with separate q/k/v/o projections to analyse"
         )
     return found
+
+
+def projection(module: nn.Module, name: str) -> nn.Linear:
+    linear = getattr(module, name)
+    assert isinstance(linear, nn.Linear), f"attention_modules() keeps blocks whose {name} is Linear"
+    return linear
 
 
 def projection_shape(linear: nn.Linear) -> dict[str, Any]:
@@ -213,15 +219,13 @@ def attention_layer_shape(
     module: nn.Module, index: int, config: PretrainedConfig
 ) -> dict[str, Any]:
     dim = int(getattr(module, "head_dim", 0) or head_dim(config))
-    heads = module.q_proj.out_features // dim
-    kv = module.k_proj.out_features // dim
+    linears = {name: projection(module, name) for name in PROJECTIONS}
+    heads = linears["q_proj"].out_features // dim
+    kv = linears["k_proj"].out_features // dim
     return {
         "layer": int(getattr(module, "layer_idx", index)),
         "type": type(module).__name__,
-        "q_proj": projection_shape(module.q_proj),
-        "k_proj": projection_shape(module.k_proj),
-        "v_proj": projection_shape(module.v_proj),
-        "o_proj": projection_shape(module.o_proj),
+        **{name: projection_shape(linear) for name, linear in linears.items()},
         "num_query_heads": heads,
         "num_kv_heads": kv,
         "head_dim": dim,

@@ -4,7 +4,7 @@ bertviz's interactive head view of them."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import (
@@ -50,7 +50,8 @@ def encode_prompt(
 
 def token_texts(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor) -> list[str]:
     # Decode one id at a time: readable text (" capital") instead of BPE symbols ("Ġcapital").
-    return [tokenizer.decode([int(i)]) for i in ids[0]]
+    # One sequence of ids decodes to one string (a batch of them would give a list).
+    return [cast(str, tokenizer.decode([int(i)])) for i in ids[0]]
 
 
 def select_indices(requested: list[int] | None, count: int, name: str) -> list[int]:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -336,10 +336,12 @@ def attention_cmd(
     chosen_layers, chosen_heads = parse_indices(layers, "layers"), parse_indices(heads, "heads")
     if html_path:
         page = attention_report(model, tokenizer, prompt, chosen_layers, chosen_heads, "html")
-        Path(html_path).write_text(page, encoding="utf-8")  # the page declares utf-8
+        Path(html_path).write_text(cast(str, page), encoding="utf-8")  # the page declares utf-8
         click.echo(f"wrote {html_path}")
         return
-    report = attention_report(model, tokenizer, prompt, chosen_layers, chosen_heads)
+    report = cast(
+        dict[str, Any], attention_report(model, tokenizer, prompt, chosen_layers, chosen_heads)
+    )
     if as_json:
         return echo_json(report)
     click.echo(f"tokens ({len(report['tokens'])}): {report['tokens']}")

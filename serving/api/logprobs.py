@@ -6,6 +6,7 @@ the HF baseline and vLLM the same way."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from openai.types.chat import ChatCompletionTokenLogprob
 from openai.types.chat.chat_completion import ChoiceLogprobs
@@ -56,18 +57,16 @@ def completion_logprobs(
             if entry is None
             else {decode(t): clamp(lp) for t, lp in ranked(entry)[: num_top + 1]}
         )
-    return CompletionLogprobs.model_construct(
-        tokens=tokens,
-        token_logprobs=token_logprobs,
-        top_logprobs=top_logprobs,
-        text_offset=offsets,
-    )
+    # Typed Any: the entries may be null, which the openai type's fields do not declare.
+    nullable: dict[str, Any] = {"token_logprobs": token_logprobs, "top_logprobs": top_logprobs}
+    return CompletionLogprobs.model_construct(tokens=tokens, **nullable, text_offset=offsets)
 
 
 def next_text_offset(logprobs: CompletionLogprobs | None, current: int) -> int:
     """Where the next streamed chunk's text offsets start (advanced by the tokens reported)."""
     if logprobs is None or not logprobs.tokens:
         return current
+    assert logprobs.text_offset is not None, "completion_logprobs() gives each token its offset"
     return logprobs.text_offset[-1] + len(logprobs.tokens[-1])
 
 

@@ -159,11 +159,13 @@ class CompletionStream:
             offset,
         )
         self.offsets[job.index] = lp.next_text_offset(logprobs, offset)
-        # model_construct: a streamed choice has no finish_reason until its last chunk.
+        # model_construct: a streamed choice has no finish_reason until its last chunk, a null
+        # the openai type does not declare (hence typed Any here).
+        unfinished: dict[str, Any] = {"finish_reason": delta.finish_reason}
         choice = CompletionChoice.model_construct(
             index=job.index,
             text=text,
-            finish_reason=delta.finish_reason,
+            **unfinished,
             logprobs=logprobs,
             **(delta.extra or {}),
         )

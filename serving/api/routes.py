@@ -53,11 +53,16 @@ async def stream_errors_as_events(events: AsyncIterator[str]) -> AsyncIterator[s
         async for data in events:
             yield data
     except APIError as err:
-        yield JSONResponse(error_body(err.message, err.status, err.param, err.code)).body.decode()
+        yield error_event(error_body(err.message, err.status, err.param, err.code))
     except Exception:
         logger.exception("stream failed")
-        yield JSONResponse(error_body("internal server error", 500, code="internal")).body.decode()
+        yield error_event(error_body("internal server error", 500, code="internal"))
     yield SSE_DONE
+
+
+def error_event(body: dict) -> str:
+    """An error body as an event's data, encoded as JSONResponse encodes it (always to bytes)."""
+    return bytes(JSONResponse(body).body).decode()
 
 
 async def completion_events(

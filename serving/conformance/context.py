@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import httpx
 import openai
 
 from serving.conformance.outcome import CaseFailed
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,10 @@ def expect(condition: bool, reason: str) -> None:
     """A case's check: `reason` is what the table shows when it does not hold."""
     if not condition:
         raise CaseFailed(reason)
+
+
+def expect_present(value: T | None, reason: str) -> T:
+    """A field the response must carry: the value, or the case fails with `reason`."""
+    if value is None:
+        raise CaseFailed(reason)
+    return value

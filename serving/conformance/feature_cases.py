@@ -7,16 +7,21 @@ from __future__ import annotations
 import json
 
 import pydantic
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageParam,
+    ChatCompletionMessageToolCallParam,
+)
 
-from serving.conformance.context import CaseContext, expect
-from serving.conformance.sampling_cases import CHAT, MAX_TOKENS, PROMPT, complete
+from serving.conformance.context import CaseContext, expect, expect_present
+from serving.conformance.sampling_cases import CHAT, MAX_TOKENS, PROMPT, complete, usage_of
 
 # Room for a small JSON object; a model that has not closed it by then fails the case.
 JSON_MAX_TOKENS = 128
 # Random weights pick the whitespace a JSON grammar allows between tokens over and over; a
 # penalty on repeats walks them out of it (measured: 61 tokens instead of running to the limit).
 JSON_FREQUENCY_PENALTY = 2.0
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -33,7 +38,9 @@ WEATHER_TOOL = {
         },
     },
 }
-WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER_QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the weather in Paris?"}
+]
 
 
 class Answer(pydantic.BaseModel):
@@ -45,10 +52,8 @@ def case_chat_logprobs(ctx: CaseContext) -> None:
         model=ctx.model, messages=CHAT, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3
     )
     entries = (out.choices[0].logprobs and out.choices[0].logprobs.content) or []
-    expect(
-        len(entries) == out.usage.completion_tokens,
-        f"{len(entries)} logprobs for {out.usage.completion_tokens} tokens",
-    )
+    tokens = usage_of(out).completion_tokens
+    expect(len(entries) == tokens, f"{len(entries)} logprobs for {tokens} tokens")
     for entry in entries:
         expect(len(entry.top_logprobs) == 3, f"{len(entry.top_logprobs)} top_logprobs, asked 3")
         expect(entry.logprob <= 0, f"logprob {entry.logprob} > 0")
@@ -61,13 +66,12 @@ def case_chat_logprobs(ctx: CaseContext) -> None:
 
 def case_completion_logprobs(ctx: CaseContext) -> None:
     out = complete(ctx, max_tokens=4, temperature=0, logprobs=2)
-    logprobs = out.choices[0].logprobs
-    expect(logprobs is not None and logprobs.tokens is not None, "no logprobs in the choice")
-    expect(
-        len(logprobs.tokens) == out.usage.completion_tokens,
-        f"{len(logprobs.tokens)} logprobs for {out.usage.completion_tokens} tokens",
-    )
-    expect(all(value <= 0 for value in logprobs.token_logprobs), "a token logprob > 0")
+    logprobs = expect_present(out.choices[0].logprobs, "no logprobs in the choice")
+    tokens = expect_present(logprobs.tokens, "no logprobs in the choice")
+    values = expect_present(logprobs.token_logprobs, "no token_logprobs in the choice")
+    count = usage_of(out).completion_tokens
+    expect(len(tokens) == count, f"{len(tokens)} logprobs for {count} tokens")
+    expect(all(value <= 0 for value in values), "a token logprob > 0")
     expect(
         all(len(top) >= 2 for top in logprobs.top_logprobs or []) and bool(logprobs.top_logprobs),
         "fewer than 2 top_logprobs per token",
@@ -77,7 +81,7 @@ def case_completion_logprobs(ctx: CaseContext) -> None:
 def case_echo_prompt_logprobs(ctx: CaseContext) -> None:
     # What lm-evaluation-harness' local-completions sends to score a continuation.
     out = complete(ctx, echo=True, logprobs=1, max_tokens=1, temperature=0)
-    choice, usage = out.choices[0], out.usage
+    choice, usage = out.choices[0], usage_of(out)
     expect(choice.text.startswith(PROMPT), f"echo did not return the prompt: {choice.text[:40]!r}")
     values = (choice.logprobs and choice.logprobs.token_logprobs) or []
     expect(
@@ -193,12 +197,12 @@ def case_required_tool_choice(ctx: CaseContext) -> None:
 
 
 def case_tool_message(ctx: CaseContext) -> None:
-    call = {
+    call: ChatCompletionMessageToolCallParam = {
         "id": "call_1",
         "type": "function",
         "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
     }
-    messages = [
+    messages: list[ChatCompletionMessageParam] = [
         *WEATHER_QUESTION,
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},

@@ -3,7 +3,8 @@ each must get a 4xx in the OpenAI error shape, never a 5xx."""
 
 from __future__ import annotations
 
-import httpx
+from typing import Any, Protocol
+
 import openai
 
 from serving.conformance.context import CaseContext, expect
@@ -41,7 +42,20 @@ def case_tokenize_round_trip(ctx: CaseContext) -> None:
     expect(text == ROUND_TRIP_TEXT, f"round trip gave {text!r}")
 
 
-def expect_openai_error(response: httpx.Response, status: int) -> None:
+class HTTPResponse(Protocol):
+    """What a case reads of a response: from `ctx.http` (httpx) or an openai error (its client's
+    own httpx build, a distinct type)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self, **kwargs: Any) -> Any: ...
+
+
+def expect_openai_error(response: HTTPResponse, status: int) -> None:
     """`status` and a body {"error": {"message": str, "type": str, ...}}."""
     expect(response.status_code == status, f"status {response.status_code}, expected {status}")
     try:

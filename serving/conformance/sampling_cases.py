@@ -4,12 +4,14 @@ of +100 must force its token, a length bound must bound the usage count."""
 
 from __future__ import annotations
 
-from openai.types import Completion
+from openai import Omit, omit
+from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from serving.conformance.context import CaseContext, expect
+from serving.conformance.context import CaseContext, expect, expect_present
 
 PROMPT = "The capital of France is"
-CHAT = [{"role": "user", "content": "Say hello."}]
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 MAX_TOKENS = 8
 # Any vocabulary has it; what it decodes to does not matter, only that it repeats.
 BIASED_TOKEN_ID = 100
@@ -19,6 +21,10 @@ def complete(ctx: CaseContext, **fields) -> Completion:
     """One /v1/completions request; fields the openai client has no argument for go in extra_body."""
     fields.setdefault("max_tokens", MAX_TOKENS)
     return ctx.client.completions.create(model=ctx.model, prompt=PROMPT, **fields)
+
+
+def usage_of(out: Completion | ChatCompletion) -> CompletionUsage:
+    return expect_present(out.usage, "no usage in the response")
 
 
 def greedy_text(ctx: CaseContext) -> str:
@@ -58,14 +64,21 @@ def case_min_p(ctx: CaseContext) -> None:
 
 def case_repetition_penalty(ctx: CaseContext) -> None:
     out = complete(ctx, temperature=0, extra_body={"repetition_penalty": 1.3})
-    expect_bounded(out.usage.completion_tokens, out.choices[0].finish_reason, MAX_TOKENS)
+    expect_bounded(usage_of(out).completion_tokens, out.choices[0].finish_reason, MAX_TOKENS)
 
 
-def chat_penalty_case(ctx: CaseContext, **penalty: float) -> None:
+def chat_penalty_case(
+    ctx: CaseContext, presence_penalty: float | Omit = omit, frequency_penalty: float | Omit = omit
+) -> None:
     out = ctx.client.chat.completions.create(
-        model=ctx.model, messages=CHAT, max_tokens=MAX_TOKENS, temperature=0, **penalty
+        model=ctx.model,
+        messages=CHAT,
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
     )
-    expect_bounded(out.usage.completion_tokens, out.choices[0].finish_reason, MAX_TOKENS)
+    expect_bounded(usage_of(out).completion_tokens, out.choices[0].finish_reason, MAX_TOKENS)
 
 
 def case_presence_penalty(ctx: CaseContext) -> None:
@@ -85,27 +98,25 @@ def case_logit_bias(ctx: CaseContext) -> None:
 
 def case_max_tokens(ctx: CaseContext) -> None:
     out = complete(ctx, max_tokens=3)
-    expect_bounded(out.usage.completion_tokens, out.choices[0].finish_reason, 3)
+    expect_bounded(usage_of(out).completion_tokens, out.choices[0].finish_reason, 3)
 
 
 def case_max_completion_tokens(ctx: CaseContext) -> None:
     out = ctx.client.chat.completions.create(
         model=ctx.model, messages=CHAT, max_completion_tokens=3
     )
-    expect_bounded(out.usage.completion_tokens, out.choices[0].finish_reason, 3)
+    expect_bounded(usage_of(out).completion_tokens, out.choices[0].finish_reason, 3)
 
 
 def case_min_tokens(ctx: CaseContext) -> None:
-    out = complete(ctx, max_tokens=6, extra_body={"min_tokens": 6})
-    expect(out.usage.completion_tokens == 6, f"{out.usage.completion_tokens} tokens, min_tokens 6")
+    tokens = usage_of(complete(ctx, max_tokens=6, extra_body={"min_tokens": 6})).completion_tokens
+    expect(tokens == 6, f"{tokens} tokens, min_tokens 6")
 
 
 def case_ignore_eos(ctx: CaseContext) -> None:
     out = complete(ctx, max_tokens=6, extra_body={"ignore_eos": True})
-    expect(
-        out.usage.completion_tokens == 6,
-        f"{out.usage.completion_tokens} tokens of 6 with ignore_eos",
-    )
+    tokens = usage_of(out).completion_tokens
+    expect(tokens == 6, f"{tokens} tokens of 6 with ignore_eos")
     expect(
         out.choices[0].finish_reason == "length", f"finish_reason {out.choices[0].finish_reason}"
     )

@@ -174,7 +174,7 @@ def build_analysis_api(
                 settings.max_prompt_tokens,
                 settings.max_attention_values,
             )
-        if fmt == "html":
+        if isinstance(result, str):  # fmt "html": the page
             return HTMLResponse(result)
         return {"model": model_name, **result}
 
@@ -218,7 +218,7 @@ class AnalysisServer:
 
 def build_analysis_app(config: PlatformConfig) -> Application:
     deployment = config.analysis
-    return AnalysisServer.options(
+    return AnalysisServer.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
         max_ongoing_requests=deployment.max_ongoing_requests,
         ray_actor_options=replica_actor_options(deployment.resources, {}),
     ).bind(config.model_dump(mode="json"))

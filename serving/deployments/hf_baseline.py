@@ -25,7 +25,9 @@ from serving.models import resolve_model
 @serve.deployment(name="HFBaseline", health_check_period_s=10, health_check_timeout_s=30)
 @serve.ingress()
 class HFBaseline(EngineReplica):
-    async def __init__(self, config: dict[str, Any]) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
+        self, config: dict[str, Any]
+    ) -> None:
         self.config = PlatformConfig.model_validate(config)
         model_dir = resolve_model(self.config.model.ref, self.config.model.cache_dir)
         if self.config.hf.resources.accelerator == "cpu":
@@ -50,7 +52,7 @@ class HFBaseline(EngineReplica):
 
 def build_hf_app(config: PlatformConfig) -> Application:
     deployment = config.hf
-    return HFBaseline.options(
+    return HFBaseline.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
         **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, {}),
     ).bind(config.model_dump(mode="json"))

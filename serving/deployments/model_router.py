@@ -101,7 +101,9 @@ class ModelRouter:
 
 
 def build_router_app(config: PlatformConfig) -> Application:
-    return ModelRouter.bind(config.model_dump(mode="json"))
+    return ModelRouter.bind(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
+        config.model_dump(mode="json")
+    )
 
 
 def router_app(args: dict[str, Any]) -> Application:

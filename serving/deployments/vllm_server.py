@@ -52,7 +52,9 @@ async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
 @serve.deployment(name="VLLMServer", health_check_period_s=10, health_check_timeout_s=30)
 @serve.ingress()
 class VLLMServer(EngineReplica):
-    async def __init__(self, config: dict[str, Any], behind_router: bool = False) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
+        self, config: dict[str, Any], behind_router: bool = False
+    ) -> None:
         started = time.perf_counter()
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         platform = PlatformConfig.model_validate(config)
@@ -164,11 +166,13 @@ class ModelEntry:
 
 def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Application:
     deployment = config.vllm
-    server = VLLMServer.options(
+    server = VLLMServer.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
         **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
     ).bind(config.model_dump(mode="json"), behind_router)
-    return ModelEntry.bind(server) if behind_router else server
+    if behind_router:
+        return ModelEntry.bind(server)  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
+    return server
 
 
 def vllm_app(args: dict[str, Any]) -> Application:

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import (
@@ -80,7 +80,8 @@ class PickAndStream(LogitsProcessor):
             if not row.done:
                 chosen[i] = self.engine.step(row, scores[i])
         forced = torch.full_like(scores, -float("inf"))
-        return forced.scatter_(1, chosen.to(scores.device)[:, None], 0.0)
+        # full_like keeps the dtype of the float scores.
+        return cast(torch.FloatTensor, forced.scatter_(1, chosen.to(scores.device)[:, None], 0.0))
 
 
 class RowsDone(StoppingCriteria):
@@ -90,7 +91,8 @@ class RowsDone(StoppingCriteria):
         self.rows = rows
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        return torch.tensor([row.done for row in self.rows], device=input_ids.device)
+        done = torch.tensor([row.done for row in self.rows], device=input_ids.device)
+        return cast(torch.BoolTensor, done)  # a tensor of Python bools has dtype torch.bool
 
 
 class HFEngine:
@@ -138,7 +140,7 @@ class HFEngine:
             AutoModelForCausalLM.from_pretrained(
                 model_dir, dtype=load_dtype(config.model.dtype, device)
             )
-            .to(device)
+            .to(device)  # type: ignore[arg-type]  # .to is functools.wraps'd; mypy binds no self
             .eval()
         )
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

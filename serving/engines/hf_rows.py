@@ -8,10 +8,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import (
+    LogitsProcessor,
     MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TopKLogitsWarper,
@@ -21,6 +22,8 @@ from transformers import (
 from serving.engines.base import Delta, FinishReason, SamplingSpec, TokenLogprob
 
 Emit = Callable[[Delta | BaseException], None]
+# The min_p, top_k and top_p warpers read only the scores: they get no token ids (a long tensor).
+NO_INPUT_IDS = cast(torch.LongTensor, torch.empty((1, 0), dtype=torch.long))
 
 
 @dataclass
@@ -75,6 +78,11 @@ def seeded_generator(seed: int | None, device: torch.device) -> torch.Generator 
 GREEDY_TEMPERATURE = 1e-5
 
 
+def warped(warper: LogitsProcessor, logits: torch.Tensor) -> torch.Tensor:
+    """One row's float logits through a transformers warper, as the batch of one it expects."""
+    return warper(NO_INPUT_IDS, cast(torch.FloatTensor, logits[None]))[0]
+
+
 def choose_token(logits: torch.Tensor, row: Row, eos_ids: list[int]) -> int:
     """Next token of one row from its last-position logits (OpenAI sampling semantics)."""
     spec = row.spec
@@ -96,11 +104,11 @@ def choose_token(logits: torch.Tensor, row: Row, eos_ids: list[int]) -> int:
     logits = logits / spec.temperature
     # The order of vLLM's sampler: temperature, min_p, then top_k and top_p.
     if spec.min_p > 0.0:
-        logits = MinPLogitsWarper(spec.min_p)(None, logits[None])[0]
+        logits = warped(MinPLogitsWarper(spec.min_p), logits)
     if spec.top_k > 0:
-        logits = TopKLogitsWarper(spec.top_k)(None, logits[None])[0]
+        logits = warped(TopKLogitsWarper(spec.top_k), logits)
     if spec.top_p < 1.0:
-        logits = TopPLogitsWarper(spec.top_p)(None, logits[None])[0]
+        logits = warped(TopPLogitsWarper(spec.top_p), logits)
     probs = torch.softmax(logits, dim=-1)
     return int(torch.multinomial(probs, 1, generator=row.generator))
 

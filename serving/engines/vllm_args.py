@@ -55,7 +55,7 @@ def lora_options(config: PlatformConfig, preload: bool = True) -> dict[str, Any]
     adapters = config.vllm.adapters
     if not adapters and not config.vllm.runtime_adapters:
         return {}
-    options = {
+    options: dict[str, Any] = {
         "enable_lora": True,
         "max_loras": config.vllm.max_adapters,
         "max_cpu_loras": config.vllm.max_adapters,

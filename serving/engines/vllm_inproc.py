@@ -20,7 +20,10 @@ import sys
 import threading
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # vLLM is heavy: imported where it runs, named here for the annotations
+    from vllm.v1.engine.async_llm import AsyncLLM
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +211,7 @@ def _finished(request_ids: list[str], error: bool) -> Any:
     return EngineCoreOutputs(finished_requests=set(request_ids), outputs=outputs)
 
 
-def inproc_async_llm_class() -> type:
+def inproc_async_llm_class() -> type[AsyncLLM]:
     """`AsyncLLM` with its engine core in this process (imported lazily: vLLM is heavy)."""
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.engine.core import EngineCore
@@ -229,12 +232,11 @@ def inproc_async_llm_class() -> type:
             # AsyncLLM builds its client with this factory; swap it for the duration of the
             # constructor only (one replica builds one engine, on the event loop's thread).
             factory = EngineCoreClient.__dict__["make_async_mp_client"]
-            EngineCoreClient.make_async_mp_client = staticmethod(
-                lambda *args, **kw: ThreadedCoreClient.start(build)
-            )
+            swap = staticmethod(lambda *args, **kw: ThreadedCoreClient.start(build))
+            EngineCoreClient.make_async_mp_client = swap  # type: ignore[method-assign]  # deliberate swap, undone below
             try:
                 super().__init__(vllm_config, executor_class, log_stats, **kwargs)
             finally:
-                EngineCoreClient.make_async_mp_client = factory
+                EngineCoreClient.make_async_mp_client = factory  # type: ignore[method-assign]  # undoes the swap
 
     return InprocAsyncLLM

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -117,7 +117,8 @@ def load_tokenizer(ref: str | None) -> workloads.Tokenizer | None:
 
     from serving.models import resolve_model
 
-    return AutoTokenizer.from_pretrained(str(resolve_model(ref)))
+    # A transformers tokenizer has the protocol's encode, and decodes one id list to one str.
+    return cast(workloads.Tokenizer, AutoTokenizer.from_pretrained(str(resolve_model(ref))))
 
 
 def build_requests(args: BenchArgs) -> list[workloads.RequestSpec]:
@@ -148,12 +149,13 @@ def prompt_requests(args: BenchArgs) -> list[workloads.RequestSpec]:
     return workloads.jsonl_requests(args.prompts, num, out_len)
 
 
-async def check_targets(targets: list[Target], model: str | None) -> str | None:
+async def check_targets(targets: list[Target], model: str | None) -> str:
     """Every target answers /models and serves the model (its own, when it names one); returns
     the model name to request."""
     served = {t.name: await served_models(t) for t in targets}
     if targets and model is None:
         model = targets[0].model or served[targets[0].name][0]
+    assert model is not None, "callers pass targets (the first names it) or the model itself"
     for target in targets:
         wanted = target.model or model
         if wanted not in served[target.name]:

@@ -13,12 +13,13 @@ after one warm-up."""
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 from serving.config import PlatformConfig
 from serving.loadgen.workloads import SEED_PROMPTS
@@ -69,6 +70,13 @@ def expected_speedup(rows: int, useful_fraction: float, step_cost_ratio: float) 
     return rows * useful_fraction / step_cost_ratio
 
 
+class Generates(Protocol):
+    """The part of a causal LM HFRunner calls. transformers types generate()'s self as its own
+    GenerativePreTrainedModel protocol, which mypy finds its model classes do not satisfy."""
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
 class HFRunner:
     """transformers `generate()` on the model, greedy, EOS ignored (min = max new tokens)."""
 
@@ -90,8 +98,9 @@ class HFRunner:
         import torch
 
         batch = self.encode(prompts)
+        model = cast(Generates, self.model)  # an AutoModelForCausalLM: its classes all generate
         with torch.inference_mode():
-            return self.model.generate(
+            return model.generate(
                 **batch,
                 max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,
@@ -173,7 +182,7 @@ def batch_efficiency(
     rows, single = [], None
     for size in (1, *args.batch_sizes):
         prompts = batch_prompts(size)
-        seconds = median_seconds(lambda p=prompts: runner.generate(p, args.new_tokens), 1)
+        seconds = median_seconds(functools.partial(runner.generate, prompts, args.new_tokens), 1)
         single = single or seconds
         speedup = size * single / seconds
         rows.append(
