@@ -4,7 +4,6 @@ for programs; bad input is one `error:` line and a non-zero exit."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -14,6 +13,13 @@ from typing import Any, cast
 import click
 
 from serving.analysis import AnalysisInputError
+from serving.analysis.cli_output import (
+    echo_attention_matrices,
+    echo_json,
+    echo_rows,
+    echo_table,
+    num,
+)
 from serving.config import ConfigError
 from serving.models import ModelNotFoundError
 
@@ -71,30 +77,6 @@ def parse_indices(text: str | None, name: str) -> list[int] | None:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise AnalysisInputError(f"--{name} takes comma-separated integers, got '{text}'") from None
-
-
-def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2))
-
-
-def num(value: int | float | None) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int) or float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:,.4g}"
-
-
-def echo_rows(rows: list[tuple[str, str]]) -> None:
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        click.echo(f"{label:<{width}}  {value}")
-
-
-def echo_table(headers: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    for line in [headers, [("-" * w) for w in widths], *rows]:
-        click.echo("  ".join(f"{str(c):<{w}}" for c, w in zip(line, widths)).rstrip())
 
 
 model_option = click.option(
@@ -296,17 +278,6 @@ def kv_cache_cmd(
             ),
         ]
     )
-
-
-def echo_attention_matrices(report: dict[str, Any]) -> None:
-    labels = [repr(t)[1:-1][:10] for t in report["tokens"]]
-    width = max(6, *(len(label) for label in labels))
-    for layer in report["attention"]:
-        for head in layer["heads"]:
-            click.echo(f"\nlayer {layer['layer']} head {head['head']} (row = query, column = key)")
-            click.echo(" " * width + " " + " ".join(f"{label:>{width}}" for label in labels))
-            for label, row in zip(labels, head["weights"]):
-                click.echo(f"{label:>{width}} " + " ".join(f"{w:>{width}.3f}" for w in row))
 
 
 @analyze.command("attention")

@@ -13,7 +13,8 @@ matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from serving.loadgen.autoscale import AutoscalePlan, Run, figures, request_counts
+from serving.loadgen.autoscale import AutoscalePlan, Run, request_counts
+from serving.loadgen.autoscale_timeline import figures
 
 FIGURE_LABELS = {
     "scale_up_decision_s": "burst start -> scale-up decision (target 2 / replica STARTING)",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.loadgen import autoscale, autoscale_report
-from serving.loadgen.autoscale import ReplicaSample, figures
+from serving.loadgen import autoscale, autoscale_report, autoscale_timeline
+from serving.loadgen.autoscale_timeline import ReplicaSample, figures
 from serving.loadgen.client import RequestOptions, RequestResult, Target, TargetError
 from tests.promql import dashboard_metric_names, promql_metric_names
 
@@ -88,7 +88,7 @@ def test_an_application_without_autoscaling_is_an_error() -> None:
 
 
 def test_replica_sample_counts_states_and_keeps_the_target() -> None:
-    sample = autoscale.replica_sample(
+    sample = autoscale_timeline.replica_sample(
         1.5, deployment(["RUNNING", "STARTING", "STOPPING", "RECOVERING"], 3)
     )
     assert sample == ReplicaSample(1.5, running=1, starting=2, stopping=1, target=3)
@@ -122,7 +122,7 @@ def test_figures_time_scale_up_from_the_burst_and_scale_down_from_the_load_end()
 
 def test_a_replica_starting_counts_as_the_decision_even_before_the_target_shows() -> None:
     samples = [ReplicaSample(0, 1, 0, 0, 1), ReplicaSample(5, 1, 1, 0, 1)]
-    assert autoscale.scale_up_decided_at(samples) == 5
+    assert autoscale_timeline.scale_up_decided_at(samples) == 5
 
 
 def test_no_scale_up_means_no_scale_down_figures() -> None:

@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
 from serving.api.routes import build_openai_app
-from serving.loadgen import autoscale
+from serving.loadgen import autoscale, autoscale_timeline
 from serving.loadgen.client import RequestOptions, Target
 from serving.loadgen.server_stats import HealthSource
 from serving.loadgen.workloads import RequestSpec
@@ -94,7 +94,7 @@ def test_a_step_burst_records_scale_up_and_scale_down(server: tuple[str, Scripte
         queue_interval_s=0.1,
     )
     run = asyncio.run(autoscale.run_autoscale(plan))
-    fig = autoscale.figures(run.replicas, run.load_end)
+    fig = autoscale_timeline.figures(run.replicas, run.load_end)
     assert run.deployment.application == "scaled"
     assert fig["scale_up_decision_s"] is not None and fig["second_replica_serving_s"] is not None
     assert fig["scale_up_decision_s"] <= fig["second_replica_serving_s"] < fig["load_duration_s"]
