@@ -65,9 +65,11 @@ down:
 status:
 	$(VENV)/bin/llm-serving status
 
-# Benchmark the running local platform (`make serve` first): vLLM vs the transformers baseline.
+# Benchmark the running local platform (`make serve` first); SCENARIO: sweep, autoscale, soak,
+# seed or vllm-client (`llm-serving bench --help`).
+SCENARIO ?= sweep
 bench: install
-	$(VENV)/bin/llm-serving bench $(ARGS)
+	$(VENV)/bin/llm-serving bench $(SCENARIO) $(ARGS)
 
 # The whole comparison in one run: start the platform (serving/bench-cpu.yaml), load the vLLM route,
 # the HF baseline, plain vLLM and Ray Serve LLM (same engine arguments) interleaved at each
@@ -79,7 +81,7 @@ COMPARE_LEVELS ?= 1,4,16
 compare: install
 	@set -u; LS=$(VENV)/bin/llm-serving; trap "$$LS down >/dev/null 2>&1" EXIT; \
 	$$LS up --detach --config $(COMPARE_CONFIG) || exit 1; \
-	$$LS bench --target vllm=http://127.0.0.1:8000/v1 --target hf=http://127.0.0.1:8000/hf/v1 \
+	$$LS bench sweep --target vllm=http://127.0.0.1:8000/v1 --target hf=http://127.0.0.1:8000/hf/v1 \
 	  --peer vllm --peer ray-serve-llm --config $(COMPARE_CONFIG) \
 	  --concurrency $(COMPARE_LEVELS) --requests 16 --rounds 4 --input-len 128 --output-len 64 --duration 240 \
 	  --output $(COMPARE_OUT) \
@@ -88,7 +90,7 @@ compare: install
 	  --require 'vllm-serve.median_ttft_ms_diff@c1<=10' \
 	  --require 'ray-serve-llm.median_ttft_ms_diff@c1<0'; code=$$?; \
 	$$LS down >/dev/null 2>&1; \
-	$$LS bench --suite seed --config $(COMPARE_CONFIG) --output $(COMPARE_OUT)/seed || code=$$?; \
+	$$LS bench seed --config $(COMPARE_CONFIG) --output $(COMPARE_OUT)/seed || code=$$?; \
 	exit $$code
 
 test: install-test lint

@@ -17,7 +17,6 @@ from serving.config import ConfigError, ModelConfig, PlatformConfig, load_config
 from serving.conformance.cli import conformance
 from serving.k8s.cli import render
 from serving.loadgen.cli import bench
-from serving.loadgen.vllm_client import vllm_bench
 from serving.models import ModelNotFoundError, resolve_model
 
 EXIT_USAGE = 2
@@ -296,7 +295,6 @@ main.add_command(analyze)
 main.add_command(bench)
 main.add_command(conformance)
 main.add_command(render)
-main.add_command(vllm_bench)
 
 if __name__ == "__main__":
     main()

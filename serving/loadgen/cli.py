@@ -1,21 +1,29 @@
-"""`llm-serving bench`: load one or more OpenAI-compatible targets the same way, interleaved, and
-write result.json, summary.md and plots. Bad input is one `error:` line and exit 2; an unusable
-target exit 1; a missed `--require` exit 3 (after the report is written). Only click is imported
-here: the load generator loads when the command runs, so other `llm-serving` commands stay quick."""
+"""`llm-serving bench SCENARIO`: sweep (targets side by side at each load level), autoscale (a
+step burst against one autoscaling deployment), soak (steady load while replica memory is
+sampled), seed (the study's experiments in-process) and vllm-client (vLLM's own benchmark client).
+Each writes its report through the one writer (result.json, summary.md, plots). Bad input is one
+`error:` line and exit 2; an unusable target exit 1; a missed gate exit 3 (after the report is
+written). Only click is imported here: a scenario loads when it runs, so other `llm-serving`
+commands stay quick."""
 
 from __future__ import annotations
 
 import math
 import sys
 from collections.abc import Callable
-from functools import wraps
-from typing import Any
+from functools import reduce, wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from serving.loadgen.server_stats import STATS_INTERVAL_S
 
+if TYPE_CHECKING:
+    from serving.loadgen.report import Report
+
 EXIT_TARGET, EXIT_USAGE, EXIT_REQUIRE = 1, 2, 3
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -24,13 +32,14 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from serving.config import ConfigError
-        from serving.loadgen import bench, metrics, require, workloads
+        from serving.loadgen import metrics, require, workloads
+        from serving.loadgen.args import UsageError
         from serving.loadgen.client import TargetError
         from serving.loadgen.peers import PeerError
         from serving.models import ModelNotFoundError
 
         usage = (
-            bench.UsageError,
+            UsageError,
             workloads.WorkloadError,
             metrics.SLOError,
             require.RequireError,
@@ -48,8 +57,21 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.command()
-@click.option(
+def options(*decorators: Decorator) -> Decorator:
+    """Several click options as one decorator, in the order given."""
+    return lambda func: reduce(lambda f, d: d(f), reversed(decorators), func)
+
+
+def finish(scenario: str, output: str | None, run: Callable[[Path], Report]) -> None:
+    """Run a scenario into its report folder, publish the report, exit 3 when a gate missed."""
+    from serving.loadgen.report import output_dir, publish
+
+    out = output_dir(output, scenario)
+    if not publish(run(out), out):
+        sys.exit(EXIT_REQUIRE)
+
+
+TARGETS = click.option(
     "--target",
     "target_items",
     multiple=True,
@@ -58,6 +80,139 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     "the first is the subject of every ratio); #MODEL asks that target for MODEL (two "
     "models of one endpoint side by side). Default: the local platform.",
 )
+ONE_TARGET = click.option(
+    "--target",
+    "target_items",
+    multiple=True,  # given twice is an error line, not the last one silently winning
+    metavar="NAME=URL",
+    help="The one OpenAI base URL to load, e.g. auto=http://127.0.0.1:8000/autoscale/v1. "
+    "Default: the local platform.",
+)
+CONFIG = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Platform config YAML (model and engine arguments; peers copy them).",
+)
+OUTPUT = click.option(
+    "--output",
+    "output_dir",
+    type=click.Path(file_okay=False),
+    help="Report folder; default bench-results/SCENARIO-DATE.",
+)
+DASHBOARD = click.option(
+    "--dashboard",
+    metavar="URL",
+    help="The Ray dashboard whose REST API lists the target's replicas (default: the local "
+    "platform's).",
+)
+STATS_INTERVAL = click.option(
+    "--stats-interval",
+    type=click.FloatRange(min=0.005),
+    default=STATS_INTERVAL_S,
+    show_default=True,
+    help="Seconds between reads of the server's running/waiting counts (each read is "
+    "a request the target serves: keep it rare).",
+)
+STEP_CONCURRENCY = click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Requests kept in flight.",
+)
+LOAD = options(
+    click.option("--model", help="Model name to request; default: the first target's first model."),
+    click.option(
+        "--endpoint",
+        type=click.Choice(["completions", "chat"]),
+        default="completions",
+        show_default=True,
+    ),
+    click.option(
+        "--request-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=300.0,
+        show_default=True,
+        help="Seconds one request may take, stream included.",
+    ),
+    click.option(
+        "--free-length",
+        is_flag=True,
+        help="Let the model stop at EOS (default: ignore_eos + min_tokens, equal work).",
+    ),
+    click.option(
+        "--requests",
+        "num_requests",
+        type=click.IntRange(min=1),
+        default=32,
+        show_default=True,
+        help="Requests per target and level (autoscale: the most the step sends; soak: the "
+        "prompts it cycles through).",
+    ),
+    click.option(
+        "--prompts",
+        default="synthetic",
+        show_default=True,
+        help="synthetic, seed (the seed's questions), multi-turn (conversations resending "
+        "their history, --turns each, turns in order; --input-len per question), "
+        "shared-prefix (one --prefix-len system prompt, then --input-len distinct), or a "
+        'JSONL file of {"prompt": ...}.',
+    ),
+    click.option(
+        "--turns",
+        type=click.IntRange(min=1),
+        default=5,
+        show_default=True,
+        help="multi-turn: turns per conversation (--requests in all).",
+    ),
+    click.option(
+        "--prefix-len",
+        type=click.IntRange(min=1),
+        default=512,
+        show_default=True,
+        help="shared-prefix: tokens of the shared system prompt.",
+    ),
+    click.option(
+        "--context-len",
+        type=click.IntRange(min=0),
+        default=0,
+        show_default=True,
+        help="multi-turn: tokens of each conversation's own opening system message (the "
+        "document it is about).",
+    ),
+    click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True),
+    click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True),
+    click.option(
+        "--range-ratio",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Synthetic lengths are drawn from len*(1 +/- ratio).",
+    ),
+    click.option(
+        "--tokenizer",
+        "tokenizer_ref",
+        help="Model ref whose tokenizer sizes synthetic prompts exactly (default: ~1 word = 1 "
+        "token).",
+    ),
+    click.option(
+        "--model-mix",
+        metavar="NAME=WEIGHT,...",
+        help="Spread requests over models and adapters by weight (e.g. base=2,lora-a=1); "
+        "the report breaks figures down per model.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True),
+)
+
+
+@click.group()
+def bench() -> None:
+    """Benchmark OpenAI-compatible targets (vLLM `bench serve` metrics), one scenario each."""
+
+
+@bench.command()
+@TARGETS
 @click.option(
     "--peer",
     "peers",
@@ -67,51 +222,21 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     "--config): vllm = plain vLLM's OpenAI server; ray-serve-llm = Ray Serve's LLM app, "
     "deployed into the running platform under /ray-llm.",
 )
+@CONFIG
+@LOAD
 @click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="Platform config YAML the peer copies its engine arguments from.",
-)
-@click.option("--model", help="Model name to request; default: the first target's first model.")
-@click.option(
-    "--model-mix",
-    metavar="NAME=WEIGHT,...",
-    help="Spread requests over models and adapters by weight (e.g. base=2,lora-a=1); "
-    "the report breaks figures down per model.",
-)
-@click.option(
-    "--endpoint",
-    type=click.Choice(["completions", "chat"]),
-    default="completions",
+    "--arrivals",
+    type=click.Choice(["closed", "poisson", "burst"]),
+    default="closed",
     show_default=True,
-)
-@click.option(
-    "--scenario",
-    type=click.Choice(["sweep", "poisson", "burst", "autoscale", "soak"]),
-    default="sweep",
-    show_default=True,
-    help="sweep: closed loop at each concurrency; poisson: gamma "
-    "arrivals at each --rate; burst: --rate for half the requests, then the rest at once; "
-    "autoscale: a step of --concurrency in flight until a second replica serves, then "
-    "the scale-down (one --target; times, timeline.png); soak: a closed loop at the "
-    "largest --concurrency for --duration s while every replica's memory is sampled "
-    "(one --target on the local platform; memory.png; exit 3 on growth or a failed "
-    "request).",
+    help="closed: a closed loop at each --concurrency; poisson: gamma arrivals at each --rate; "
+    "burst: --rate for half the requests, then the rest at once.",
 )
 @click.option(
     "--concurrency",
     default="1,2,4,8",
     show_default=True,
-    help="sweep: the levels; poisson/burst: the most requests in flight (the largest).",
-)
-@click.option(
-    "--requests",
-    "num_requests",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Requests per target and level.",
+    help="closed: the levels; poisson/burst: the most requests in flight (the largest).",
 )
 @click.option(
     "--duration",
@@ -136,63 +261,7 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Gamma shape of inter-arrival times: 1 Poisson, <1 burstier, >1 more even.",
 )
-@click.option(
-    "--prompts",
-    default="synthetic",
-    show_default=True,
-    help="synthetic, seed (the seed's questions), multi-turn (conversations resending "
-    "their history, --turns each, turns in order; --input-len per question), "
-    "shared-prefix (one --prefix-len system prompt, then --input-len distinct), or a "
-    'JSONL file of {"prompt": ...}.',
-)
-@click.option(
-    "--turns",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="multi-turn: turns per conversation (--requests in all).",
-)
-@click.option(
-    "--prefix-len",
-    type=click.IntRange(min=1),
-    default=512,
-    show_default=True,
-    help="shared-prefix: tokens of the shared system prompt.",
-)
-@click.option(
-    "--context-len",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="multi-turn: tokens of each conversation's own opening system message (the "
-    "document it is about).",
-)
-@click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option(
-    "--range-ratio",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Synthetic lengths are drawn from len*(1 +/- ratio).",
-)
-@click.option(
-    "--tokenizer",
-    "tokenizer_ref",
-    help="Model ref whose tokenizer sizes synthetic prompts exactly (default: ~1 word = 1 token).",
-)
-@click.option(
-    "--free-length",
-    is_flag=True,
-    help="Let the model stop at EOS (default: ignore_eos + min_tokens, equal work).",
-)
 @click.option("--slo", help="Goodput SLOs in ms, e.g. ttft:500,tpot:50 (also e2el).")
-@click.option(
-    "--output",
-    "output_dir",
-    type=click.Path(file_okay=False),
-    help="Report folder; default bench-results/DATE.",
-)
 @click.option(
     "--require",
     "requirements",
@@ -201,87 +270,155 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     help="Gate, e.g. 'output_throughput_ratio>=3' or 'hf.output_throughput_ratio@c8>=3'; "
     "exit 3 when a figure misses it.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@STATS_INTERVAL
+@OUTPUT
+@bench_errors
+def sweep(output_dir: str | None, **given: Any) -> None:
+    """Load targets side by side at each load level, interleaved (throughput.png, latency.png)."""
+    from serving.loadgen.scenarios.sweep import SweepArgs, run_sweep
+
+    finish("sweep", output_dir, lambda out: run_sweep(SweepArgs(**given), out))
+
+
+@bench.command()
+@ONE_TARGET
+@LOAD
+@STEP_CONCURRENCY
 @click.option(
-    "--request-timeout",
+    "--duration",
     type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
-    help="Seconds one request may take, stream included.",
+    default=math.inf,
+    help="Seconds the step may last at most (default: 600).",
 )
+@DASHBOARD
+@STATS_INTERVAL
+@OUTPUT
+@bench_errors
+def autoscale(output_dir: str | None, **given: Any) -> None:
+    """A step of --concurrency in flight until a second replica serves, then the scale-down
+    (scale-up and scale-down times, timeline.png)."""
+    from serving.loadgen.scenarios.autoscale import AutoscaleArgs, run_step
+
+    finish("autoscale", output_dir, lambda out: run_step(AutoscaleArgs(**given), out))
+
+
+@bench.command()
+@ONE_TARGET
+@LOAD
+@STEP_CONCURRENCY
 @click.option(
-    "--stats-interval",
-    type=click.FloatRange(min=0.005),
-    default=STATS_INTERVAL_S,
-    show_default=True,
-    help="Seconds between reads of the server's running/waiting counts (each read is "
-    "a request the target serves: keep it rare).",
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    help="Seconds of steady load.",
 )
-@click.option(
-    "--dashboard",
-    metavar="URL",
-    help="autoscale, soak: the Ray dashboard whose REST API lists the target's replicas "
-    "(default: the local platform's; soak: on this machine).",
-)
+@DASHBOARD
 @click.option(
     "--max-growth-mb",
     type=click.FloatRange(min=0),
     default=200.0,
     show_default=True,
-    help="soak: most a replica's memory may grow from the end of warm-up to the end.",
+    help="Most a replica's memory may grow from the end of warm-up to the end.",
 )
 @click.option(
     "--warmup",
     type=click.FloatRange(min=0),
     default=None,
-    help="soak: seconds before memory is compared (default: a quarter, at most 120).",
+    help="Seconds before memory is compared (default: a quarter, at most 120).",
 )
-@click.option(
-    "--suite",
-    type=click.Choice(["seed"]),
-    help="Run a suite instead of loading targets: seed = the study's experiments "
-    "in-process on --config's model (generate() vs vLLM, KV cache, batching, waste; "
-    "--output-len new tokens, --repeats; seed.md, seed.png).",
-)
+@OUTPUT
+@bench_errors
+def soak(output_dir: str | None, **given: Any) -> None:
+    """A closed loop for --duration s while every replica's memory is sampled on this machine
+    (memory.png; exit 3 on growth or a failed request)."""
+    from serving.loadgen.scenarios.soak import SoakArgs, run_soak
+
+    finish("soak", output_dir, lambda out: run_soak(SoakArgs(**given), out))
+
+
+@bench.command()
+@CONFIG
+@click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option(
     "--batch-sizes",
     default="4,32,64",
     show_default=True,
-    help="seed suite: the batch sizes of the efficiency experiment.",
+    help="The batch sizes of the efficiency experiment.",
 )
 @click.option(
     "--repeats",
     type=click.IntRange(1, 20),
     default=3,
     show_default=True,
-    help="seed suite: timed runs per figure (the median is reported).",
+    help="Timed runs per figure (the median is reported).",
 )
+@OUTPUT
 @bench_errors
-def bench(**options: Any) -> None:
-    """Benchmark OpenAI-compatible targets side by side (vLLM `bench serve` metrics)."""
-    from serving.loadgen.bench import BenchArgs, run_bench
+def seed(output_dir: str | None, **given: Any) -> None:
+    """The study's experiments in-process on --config's model: generate() vs vLLM, KV cache,
+    batching, static batching waste (--output-len new tokens; seed.png)."""
+    from serving.loadgen.scenarios.seed import SeedArgs, run_seed
 
-    suite_options = {k: options.pop(k) for k in ("suite", "batch_sizes", "repeats")}
-    if suite_options["suite"] == "seed":
-        from serving.loadgen.seed_report import run_seed_command
+    finish("seed", output_dir, lambda out: run_seed(SeedArgs(**given), out))
 
-        run_seed_command(options, suite_options["batch_sizes"], suite_options["repeats"])
-        return
-    dashboard = options.pop("dashboard")
-    soak_options = {
-        "max_growth_mb": options.pop("max_growth_mb"),
-        "warmup_s": options.pop("warmup"),
-    }
-    if options["scenario"] == "soak":
-        from serving.loadgen.soak import run_soak
 
-        if not run_soak(BenchArgs(**options), dashboard=dashboard, **soak_options):
-            sys.exit(EXIT_REQUIRE)
-        return
-    if options["scenario"] == "autoscale":
-        from serving.loadgen.autoscale import run_command
+@bench.command("vllm-client")
+@click.option(
+    "--target",
+    "target_items",
+    multiple=True,
+    required=True,
+    metavar="NAME=ORIGIN",
+    help="A server origin, e.g. platform=http://127.0.0.1:8000 (repeatable).",
+)
+@click.option(
+    "--peer",
+    type=click.Choice(["vllm"]),
+    help="Also start plain vLLM's server with --config's model and vllm serve options "
+    "(target vllm-serve).",
+)
+@CONFIG
+@click.option(
+    "--baseline",
+    default="vllm-serve",
+    show_default=True,
+    help="Target every throughput ratio is taken against.",
+)
+@click.option("--model", required=True, help="Model name to request.")
+@click.option(
+    "--endpoint",
+    type=click.Choice(["chat", "completions"]),
+    default="completions",
+    show_default=True,
+)
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    default=("16x128", "128x64"),
+    show_default=True,
+    help="INPUTxOUTPUT tokens per request (repeatable).",
+)
+@click.option("--concurrency", default="8,16", show_default=True)
+@click.option(
+    "--num-prompts",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Requests per run.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 100),
+    default=2,
+    show_default=True,
+    help="Interleaved rounds per cell.",
+)
+@OUTPUT
+@bench_errors
+def vllm_client(output_dir: str | None, **given: Any) -> None:
+    """vLLM's own benchmark client (`vllm bench serve`) against each target, interleaved;
+    ratios to --baseline."""
+    from serving.loadgen.scenarios.vllm_client import VLLMClientArgs, run_vllm_client
 
-        run_command(BenchArgs(**options), dashboard)
-        return
-    if not run_bench(BenchArgs(**options)):
-        sys.exit(EXIT_REQUIRE)
+    finish("vllm-client", output_dir, lambda out: run_vllm_client(VLLMClientArgs(**given), out))

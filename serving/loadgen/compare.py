@@ -32,7 +32,7 @@ class BenchPlan:
     levels: list[LoadLevel]
     specs: list[RequestSpec]  # every level sends the first `num_requests` of these
     opts: RequestOptions
-    scenario: str = "sweep"
+    arrivals: str = "closed"
     rounds: int = 2
     max_duration_s: float = math.inf  # per target and level, split over its rounds
     stats_interval_s: float = server_stats.STATS_INTERVAL_S
@@ -144,7 +144,7 @@ def plan_header(plan: BenchPlan) -> dict[str, Any]:
         "backend": "openai",
         "endpoint_type": plan.opts.endpoint,
         "model_id": plan.opts.model,
-        "scenario": plan.scenario,
+        "arrivals": plan.arrivals,
         "fixed_output_length": plan.opts.fixed_length,
         "rounds": plan.rounds,
         "slo_ms": plan.slo or None,

@@ -1,274 +1,59 @@
-"""Reports of a bench run: result.json (the whole run), runs/LEVEL-TARGET.json (one vLLM-style
-result file each), summary.md, and PNG plots (throughput vs load, latency percentiles, the
-server's running/waiting timeline)."""
+"""The one report writer of `llm-serving bench`: every scenario hands it a Report and it writes
+the same files (result.json with the scenario's name, summary.md, the scenario's plots and extra
+JSON files), prints the console lines and says where the report is."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.loadgen import metrics
-from serving.loadgen.compare import BenchOutcome
+import click
 
-COLUMNS = (
-    "level",
-    "target",
-    "done",
-    "failed",
-    "req/s",
-    "out tok/s",
-    "TTFT p50",
-    "TTFT p99",
-    "TPOT p50",
-    "ITL p50",
-    "E2E p50",
-    "max running",
-    "batching",
-    "cache hit",
-)
-RATIO_FIELDS = (
-    ("output_throughput_ratio", "output throughput", "x{:.2f}"),
-    ("request_throughput_ratio", "request throughput", "x{:.2f}"),
-    ("median_ttft_ms_diff", "TTFT p50", "{:+.1f} ms"),
-    ("median_tpot_ms_ratio", "TPOT p50", "x{:.2f}"),
-)
-HEADER_KEYS = ("date", "backend", "endpoint_type", "model_id", "scenario")
+Plot = Callable[[dict[str, Any], Path], Path]
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+@dataclass
+class Report:
+    """What one scenario run produced; `passed` is False when a gate it checks missed."""
+
+    scenario: str
+    document: dict[str, Any]
+    markdown: str
+    console: list[str]
+    plots: dict[str, Plot] = field(default_factory=dict)  # file name -> plot of the document
+    files: dict[str, Any] = field(default_factory=dict)  # relative path -> JSON body
+    passed: bool = True
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
+def output_dir(given: str | None, scenario: str) -> Path:
+    """--output, or bench-results/SCENARIO-DATE."""
+    return Path(given or f"bench-results/{scenario}-{dt.datetime.now():%Y%m%d-%H%M%S}")
 
 
-def _batching(server: dict[str, Any]) -> str:
-    if server["batching"] is None:
-        return "unknown"
-    return "yes" if server["batching"] else "no"
-
-
-def table_rows(document: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    for level in document["levels"]:
-        for name, r in level["results"].items():
-            server = r["server"]
-            rows.append(
-                [
-                    level["label"],
-                    name,
-                    str(r["completed"]),
-                    str(r["failed"]),
-                    f"{r['request_throughput']:.2f}",
-                    f"{r['output_throughput']:.1f}",
-                    _ms(r["median_ttft_ms"]),
-                    _ms(r["p99_ttft_ms"]),
-                    _ms(r["median_tpot_ms"]),
-                    _ms(r["median_itl_ms"]),
-                    _ms(r["median_e2el_ms"]),
-                    "-" if server["max_running"] is None else str(server["max_running"]),
-                    _batching(server),
-                    _share(r.get("prefix_cache_hit_rate")),
-                ]
-            )
-    return rows
-
-
-def ratio_lines(document: dict[str, Any]) -> list[str]:
-    subject = document["subject"]
-    lines = []
-    for level in document["levels"]:
-        for other, ratios in level["ratios"].items():
-            parts = [
-                f"{label} " + (fmt.format(ratios[key]) if ratios.get(key) is not None else "n/a")
-                for key, label, fmt in RATIO_FIELDS
-            ]
-            lines.append(f"{level['label']}: {subject} vs {other}: " + ", ".join(parts))
-    return lines
-
-
-MODEL_COLUMNS = (
-    "level",
-    "target",
-    "model",
-    "done",
-    "failed",
-    "out tok/s",
-    "TTFT p50",
-    "TPOT p50",
-    "cache hit",
-)
-REPLICA_COLUMNS = ("level", "target", "replica", "models", "done", "TTFT p50", "cache hit")
-
-
-def model_rows(document: dict[str, Any]) -> list[list[str]]:
-    """`--model-mix`: one row per level, target and model."""
-    rows = []
-    for level in document["levels"]:
-        for name, r in level["results"].items():
-            for model, m in r.get("per_model", {}).items():
-                rows.append(
-                    [
-                        level["label"],
-                        name,
-                        model,
-                        str(m["completed"]),
-                        str(m["failed"]),
-                        f"{m['output_throughput']:.1f}",
-                        _ms(m["median_ttft_ms"]),
-                        _ms(m["median_tpot_ms"]),
-                        _share(m.get("prefix_cache_hit_rate")),
-                    ]
-                )
-    return rows
-
-
-def replica_rows(document: dict[str, Any]) -> list[list[str]]:
-    """One row per replica that answered (the platform names it on each response)."""
-    rows = []
-    for level in document["levels"]:
-        for name, r in level["results"].items():
-            for replica, m in r.get("per_replica", {}).items():
-                rows.append(
-                    [
-                        level["label"],
-                        name,
-                        replica,
-                        ",".join(m["models"]),
-                        str(m["completed"]),
-                        _ms(m["median_ttft_ms"]),
-                        _share(m["prefix_cache_hit_rate"]),
-                    ]
-                )
-    return rows
-
-
-LOAD_COLUMNS = ("adapter", "model", "replica", "loads")
-
-
-def load_rows(document: dict[str, Any]) -> list[list[str]]:
-    """LoRA adapter loads per replica during the run (the local platform's counters)."""
-    return [
-        [row["adapter"], row["model"], row["replica"], str(row["loads"])]
-        for row in document.get("adapter_loads") or []
-    ]
-
-
-def text_table(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(columns, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*row) for row in [list(columns), *rows])
-
-
-def markdown_table(rows: list[list[str]], columns: tuple[str, ...]) -> str:
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
-    return head + "\n" + "\n".join("| " + " | ".join(row) + " |" for row in rows)
-
-
-def shortfall_lines(document: dict[str, Any]) -> list[str]:
-    """Failures by status, and requests the --duration cap kept from starting."""
-    failures, cut = [], []
-    for level in document["levels"]:
-        for name, r in level["results"].items():
-            if r["failures"]:
-                failures.append(f"{level['label']} {name}: {r['failures']}")
-            if r["not_started"]:
-                cut.append(f"{level['label']} {name}: {r['not_started']}")
-    lines = ["failures by status: " + "; ".join(failures)] if failures else []
-    if cut:
-        lines.append("not started (--duration cap): " + "; ".join(cut))
-    return lines
-
-
-def console_summary(document: dict[str, Any]) -> str:
-    """The table the command prints: one row per level and target, then the ratios."""
-    lines = [text_table(table_rows(document)), "(latencies in ms)"]
-    if model_rows(document):
-        lines += ["per model:", text_table(model_rows(document), MODEL_COLUMNS)]
-    if len(replica_rows(document)) > 1:
-        lines += ["per replica:", text_table(replica_rows(document), REPLICA_COLUMNS)]
-    if load_rows(document):
-        lines += [
-            "adapter loads during the run (warm-up included):",
-            text_table(load_rows(document), LOAD_COLUMNS),
-        ]
-    return "\n".join(lines + ratio_lines(document) + shortfall_lines(document))
-
-
-def markdown(document: dict[str, Any], checks: list[str]) -> str:
-    targets = "\n".join(f"- `{t['name']}`: {t['base_url']}" for t in document["targets"])
-    parts = [
-        f"# Benchmark {document['date']}",
-        f"Model `{document['model_id']}`, scenario `{document['scenario']}`, endpoint "
-        f"`{document['endpoint_type']}`, fixed output length: {document['fixed_output_length']}, "
-        f"interleaved in up to {document['rounds']} rounds per level.",
-        "Targets (the first is the subject of every ratio):\n" + targets,
-        markdown_table(table_rows(document), COLUMNS),
-        "Latencies in ms. `batching` = the engine reported more than one running request at once "
-        "(polled from the server during the run; `unknown` when the server does not say).",
-        *(
-            ["## Per model\n" + markdown_table(model_rows(document), MODEL_COLUMNS)]
-            if model_rows(document)
-            else []
-        ),
-        *(
-            ["## Per replica\n" + markdown_table(replica_rows(document), REPLICA_COLUMNS)]
-            if replica_rows(document)
-            else []
-        ),
-        *(
-            [
-                "## Adapter loads during the run\n"
-                + markdown_table(load_rows(document), LOAD_COLUMNS)
-                + "\n\nEach replica's `llm_serving_adapter_loads_total`, warm-up included."
-            ]
-            if load_rows(document)
-            else []
-        ),
-        "`cache hit`: share of prompt tokens served from the prefix cache (the server's "
-        "`usage.prompt_tokens_details.cached_tokens`; `-` when it does not report them).",
-        "## Ratios\n" + "\n".join(f"- {line}" for line in ratio_lines(document)),
-        *shortfall_lines(document),
-    ]
-    if checks:
-        parts.append("## Requirements\n" + "\n".join(f"- {line}" for line in checks))
-    parts.append(
-        "Plots: `throughput.png`, `latency.png`, `server.png`; data: `result.json`, `runs/`."
-    )
-    return "\n\n".join(parts) + "\n"
-
-
-def run_files(outcome: BenchOutcome) -> dict[str, dict[str, Any]]:
-    """One vLLM `bench serve`-style file per (level, target): header, aggregates, raw lists."""
-    document = outcome.document
-    files = {}
-    for level in document["levels"]:
-        for name, summary in level["results"].items():
-            run = outcome.runs[level["label"]][name]
-            files[f"{level['label']}-{name}.json"] = {
-                **{key: document[key] for key in HEADER_KEYS},
-                "label": name,
-                "base_url": next(t["base_url"] for t in document["targets"] if t["name"] == name),
-                "request_rate": level["request_rate"] or "inf",
-                "burstiness": level["burstiness"] or 1.0,
-                "max_concurrency": level["concurrency"],
-                **summary,
-                **metrics.raw_fields(run.results),
-            }
-    return files
-
-
-def write_report(outcome: BenchOutcome, out_dir: Path, checks: list[str]) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "runs").mkdir(exist_ok=True)
-    written = [out_dir / "result.json", out_dir / "summary.md"]
-    written[0].write_text(json.dumps(outcome.document, indent=2))
-    written[1].write_text(markdown(outcome.document, checks))
-    for name, data in run_files(outcome).items():
-        (out_dir / "runs" / name).write_text(json.dumps(data))
-    from serving.loadgen import plots  # matplotlib is imported only when a report is written
-
-    written += plots.write_plots(outcome.document, out_dir)
+def write_report(report: Report, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "result.json", out / "summary.md"]
+    document = {"scenario": report.scenario, **report.document}
+    written[0].write_text(json.dumps(document, indent=2))
+    written[1].write_text(report.markdown)
+    for relative, body in report.files.items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(body))
+    written += [plot(document, out / name) for name, plot in report.plots.items()]
     return written
+
+
+def publish(report: Report, out: Path) -> bool:
+    """Write the report, print its console lines and where it is; whether every gate held."""
+    write_report(report, out)
+    for line in report.console:
+        click.echo(line)
+    folders = sorted({Path(p).parts[0] + "/" for p in report.files if len(Path(p).parts) > 1})
+    extras = ["result.json", *report.plots, *folders]
+    click.echo(f"report: {out}/summary.md ({', '.join(extras)})")
+    return report.passed

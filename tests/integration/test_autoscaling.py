@@ -1,5 +1,5 @@
 """Queue-depth autoscaling on the CPU, per model: two models behind one endpoint (the model
-router), each autoscaling on its own; `llm-serving bench --scenario autoscale` sends a step burst
+router), each autoscaling on its own; `llm-serving bench autoscale` sends a step burst
 to one of them, which goes from 1 to 2 replicas and, after the load ends, back to 1, with every
 request answered (completed, or refused with 503 + Retry-After), while the other model keeps its
 one replica. Bounded in count and time; the times are reported, not asserted."""
@@ -67,7 +67,6 @@ def test_a_burst_on_one_model_scales_it_alone_up_to_two_replicas_and_back(
     with extra_apps(applications(config)):
         done = run_cli(
             "bench",
-            "--scenario",
             "autoscale",
             "--target",
             f"autoscale={platform.url}{PREFIX}/v1#{BURST}",

@@ -43,6 +43,7 @@ def bench_run(
     out = tmp_path_factory.mktemp("bench")
     done = run_cli(
         "bench",
+        "sweep",
         "--target",
         f"vllm={platform.url}/v1",
         "--target",

@@ -253,6 +253,7 @@ def test_the_load_generator_mixes_models_and_reports_each(endpoint: str, tmp_pat
     mix = ",".join(f"{name}=1" for name in [*models, *parents])
     done = run_cli(
         "bench",
+        "sweep",
         "--target",
         f"router={endpoint}",
         "--model-mix",

@@ -1,4 +1,4 @@
-"""`llm-serving bench --suite seed` for real on the tiny model: transformers and the vLLM engine
+"""`llm-serving bench seed` for real on the tiny model: transformers and the vLLM engine
 in-process, every experiment measured, the report written. Checks the figures are consistent,
 never how fast anything was."""
 
@@ -29,7 +29,6 @@ def seed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
     )
     done = run_cli(
         "bench",
-        "--suite",
         "seed",
         "--config",
         str(config),
@@ -49,7 +48,7 @@ def seed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
 def test_every_experiment_is_measured(seed_run: tuple[int, str, Path]) -> None:
     code, output, out = seed_run
     assert code == 0, output[-3000:]
-    doc = json.loads((out / "seed.json").read_text())
+    doc = json.loads((out / "result.json").read_text())
     one = doc["one_prompt"]
     assert one["speedup"] == pytest.approx(one["hf_generate_s"] / one["vllm_s"])
     for mode in ("no-cache", "kv-cache"):
@@ -62,7 +61,7 @@ def test_every_experiment_is_measured(seed_run: tuple[int, str, Path]) -> None:
 
 def test_static_batch_waste_is_counted_from_the_real_batch(seed_run: tuple[int, str, Path]) -> None:
     _, _, out = seed_run
-    waste = json.loads((out / "seed.json").read_text())["static_batch_waste"]
+    waste = json.loads((out / "result.json").read_text())["static_batch_waste"]
     lengths = waste["prompt_tokens"]
     assert len(set(lengths)) > 1  # the seed's prompts differ in length: padding is real
     assert waste["padding_waste"] == pytest.approx(
@@ -74,5 +73,5 @@ def test_static_batch_waste_is_counted_from_the_real_batch(seed_run: tuple[int, 
 def test_report_and_plot_are_written(seed_run: tuple[int, str, Path]) -> None:
     _, output, out = seed_run
     for line in ("a. one prompt", "b. KV cache", "c. 4 prompts", "d. largest batch", "e. static"):
-        assert line in output and line in (out / "seed.md").read_text()
+        assert line in output and line in (out / "summary.md").read_text()
     assert (out / "seed.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,4 +1,4 @@
-"""A short soak (`llm-serving bench --scenario soak`) on the test platform: steady load for 75 s,
+"""A short soak (`llm-serving bench soak`) on the test platform: steady load for 75 s,
 every Serve replica's memory sampled, no replica growing beyond the bound after warm-up, nothing
 failed; the report carries the figures. The long run is documented in
 docs/benchmarks/reliability.md."""
@@ -17,7 +17,6 @@ def test_short_soak_holds_replica_memory(platform: Platform, tmp_path: Path) -> 
     out = tmp_path / "soak"
     done = run_cli(
         "bench",
-        "--scenario",
         "soak",
         "--target",
         f"platform={platform.api}",

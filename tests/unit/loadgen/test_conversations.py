@@ -17,7 +17,7 @@ from serving.api.routes import build_openai_app
 from serving.cli import main
 from serving.loadgen import client as client_module
 from serving.loadgen import metrics, workloads
-from serving.loadgen.bench import UsageError, parse_targets
+from serving.loadgen.args import UsageError, parse_targets
 from serving.loadgen.client import RequestOptions, RequestResult, run_level
 from tests.unit.fake_engine import FakeEngine
 from tests.unit.loopback import serve_on_loopback
@@ -117,6 +117,7 @@ def test_bench_runs_chat_workloads_end_to_end(workload: str, tmp_path: Path) -> 
             main,
             [
                 "bench",
+                "sweep",
                 "--target",
                 f"fake={url}/v1",
                 "--endpoint",

@@ -7,9 +7,10 @@ from collections import Counter
 
 import pytest
 
-from serving.loadgen import metrics, report
+from serving.loadgen import metrics
 from serving.loadgen import workloads as wl
 from serving.loadgen.client import RequestOptions, RequestResult, request_kwargs
+from serving.loadgen.scenarios import sweep_report as report
 
 
 def test_a_mix_parses_to_weights_and_rejects_bad_items() -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.loadgen import seed_report, seed_suite
+from serving.loadgen.report import write_report
+from serving.loadgen.scenarios import seed as seed_suite
+from serving.loadgen.scenarios import seed_report
 
 
 def test_padding_slots_count_pads_up_to_the_longest_prompt() -> None:
@@ -95,7 +97,8 @@ def test_report_states_each_experiment_and_writes_its_files(tmp_path: Path) -> N
     assert "vLLM x4.00" in lines[0] and "x1.82, not x4" in lines[2]
     assert "static 50%, vLLM 90%" in lines[3]
     assert "38% of decode slots" in lines[4] and "measured x1.33" in lines[4]
-    paths = seed_report.write_seed_report(doc, tmp_path)
-    assert json.loads(paths[0].read_text()) == doc
+    paths = write_report(seed_report.report(doc), tmp_path)
+    assert [p.name for p in paths] == ["result.json", "summary.md", "seed.png"]
+    assert json.loads(paths[0].read_text()) == {"scenario": "seed", **doc}
     assert "| vllm | 4 |" in paths[1].read_text()
     assert paths[2].read_bytes()[:4] == b"\x89PNG"

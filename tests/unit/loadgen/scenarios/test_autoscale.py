@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from serving.loadgen import autoscale, autoscale_report, autoscale_timeline
-from serving.loadgen.autoscale_timeline import ReplicaSample, figures
 from serving.loadgen.client import RequestOptions, RequestResult, Target, TargetError
+from serving.loadgen.report import write_report
+from serving.loadgen.scenarios import autoscale, autoscale_report, autoscale_timeline
+from serving.loadgen.scenarios.autoscale_timeline import ReplicaSample, figures
 from tests.promql import dashboard_metric_names, promql_metric_names
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def deployment(states: list[str], target: int, autoscaling: dict | None = None) -> dict:
@@ -201,8 +202,7 @@ def test_report_files_hold_the_figures_and_the_timeline(tmp_path: Path) -> None:
         queue=[autoscale.QueueSample(0.0, 4, 2, 2)],
         load_end=50.0,
     )
-    document = autoscale_report.build_document(plan, run)
-    autoscale_report.write_report(document, tmp_path)
+    write_report(autoscale_report.report(plan, run), tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["figures"]["second_replica_serving_s"] == 40.0
     assert saved["timeline"]["replicas"][2] == [3, 1, 0, 0, 2]
@@ -234,7 +234,7 @@ def test_the_grafana_dashboard_queries_the_platform_metrics() -> None:
     ("args", "message"),
     [
         (["--dashboard", "nope"], "error: --dashboard 'nope': expected http://HOST:PORT"),
-        (["--target", "b=http://127.0.0.1:9/v1"], "error: --scenario autoscale takes one --target"),
+        (["--target", "b=http://127.0.0.1:9/v1"], "error: bench autoscale loads one --target"),
     ],
 )
 def test_bad_autoscale_input_is_one_error_line(args: list[str], message: str) -> None:
@@ -243,7 +243,7 @@ def test_bad_autoscale_input_is_one_error_line(args: list[str], message: str) ->
     from serving.cli import main
 
     result = CliRunner().invoke(
-        main, ["bench", "--scenario", "autoscale", "--target", "a=http://127.0.0.1:9/v1", *args]
+        main, ["bench", "autoscale", "--target", "a=http://127.0.0.1:9/v1", *args]
     )
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith(message)

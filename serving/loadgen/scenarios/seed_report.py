@@ -1,9 +1,8 @@
-"""The seed suite's report: seed.json (every figure), seed.md (one table per experiment, the
+"""The seed suite's report: result.json (every figure), summary.md (one table per experiment, the
 study's own figures beside ours) and seed.png (one panel per experiment)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
 from matplotlib.ticker import NullFormatter
+
+from serving.loadgen.report import Report
 
 # What the study saw on a GPU; ours are CPU figures, printed beside them, not compared to them.
 STUDY = {
@@ -25,7 +26,7 @@ def _x(value: float) -> str:
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
-    """The headline of each experiment, one line each (console and the top of seed.md)."""
+    """The headline of each experiment, one line each (console and the top of summary.md)."""
     a, b, c = doc["one_prompt"], doc["kv_cache"], doc["four_prompts"]
     e = doc["static_batch_waste"]
     biggest = {
@@ -127,30 +128,5 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_seed_report(doc: dict[str, Any], out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "seed.json").write_text(json.dumps(doc, indent=2))
-    (out / "seed.md").write_text(markdown(doc))
-    return [out / "seed.json", out / "seed.md", plot(doc, out / "seed.png")]
-
-
-def run_seed_command(options: dict[str, Any], batch_sizes: str, repeats: int) -> None:
-    """`bench --suite seed`: the suite on --config's model, its report in --output."""
-    import datetime as dt
-
-    import click
-
-    from serving.config import load_config
-    from serving.loadgen.bench import parse_list
-    from serving.loadgen.seed_suite import SuiteArgs, run_suite
-
-    config = load_config(options["config_path"])
-    args = SuiteArgs(
-        options["output_len"], tuple(parse_list(batch_sizes, int, "--batch-sizes")), repeats
-    )
-    out = Path(options["output_dir"] or f"bench-results/seed-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    doc = run_suite(config, args, lambda step: click.echo(f"seed suite: {step} ...", err=True))
-    paths = write_seed_report(doc, out)
-    for line in summary_lines(doc):
-        click.echo(line)
-    click.echo(f"report: {', '.join(str(p) for p in paths)}")
+def report(doc: dict[str, Any]) -> Report:
+    return Report("seed", doc, markdown(doc), summary_lines(doc), {"seed.png": plot})

@@ -14,8 +14,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
 from serving.api.routes import build_openai_app
-from serving.loadgen import autoscale, autoscale_timeline
 from serving.loadgen.client import RequestOptions, Target
+from serving.loadgen.scenarios import autoscale, autoscale_timeline
 from serving.loadgen.server_stats import HealthSource
 from serving.loadgen.workloads import RequestSpec
 from tests.unit.fake_engine import FakeEngine

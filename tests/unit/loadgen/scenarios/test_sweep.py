@@ -48,7 +48,7 @@ def server() -> Iterator[str]:
 
 
 def bench(*args: str) -> Result:
-    return CliRunner().invoke(main, ["bench", *args])
+    return CliRunner().invoke(main, ["bench", "sweep", *args])
 
 
 def small_run(server: str, out: Path, *extra: str) -> Result:
@@ -146,13 +146,13 @@ def test_failing_requests_are_reported_not_crashed_on(server: str, tmp_path: Pat
     assert "failures by status" in run.output
 
 
-def test_poisson_and_burst_scenarios_send_every_request(server: str, tmp_path: Path) -> None:
-    for scenario, labels in (("poisson", ["r50", "r100"]), ("burst", ["burst"])):
+def test_poisson_and_burst_arrivals_send_every_request(server: str, tmp_path: Path) -> None:
+    for arrivals, labels in (("poisson", ["r50", "r100"]), ("burst", ["burst"])):
         run = bench(
             "--target",
             f"fast={server}/v1",
-            "--scenario",
-            scenario,
+            "--arrivals",
+            arrivals,
             "--rate",
             "50,100",
             "--requests",
@@ -162,10 +162,11 @@ def test_poisson_and_burst_scenarios_send_every_request(server: str, tmp_path: P
             "--prompts",
             "seed",
             "--output",
-            str(tmp_path / scenario),
+            str(tmp_path / arrivals),
         )
         assert run.exit_code == 0, run.output + run.stderr
-        doc = json.loads((tmp_path / scenario / "result.json").read_text())
+        doc = json.loads((tmp_path / arrivals / "result.json").read_text())
+        assert (doc["scenario"], doc["arrivals"]) == ("sweep", arrivals)
         assert [lv["label"] for lv in doc["levels"]] == labels
         assert all(lv["results"]["fast"]["completed"] == 6 for lv in doc["levels"])
 

@@ -1,4 +1,4 @@
-"""`llm-serving bench --suite seed`: the experiments of the study this project grew out of, measured
+"""`llm-serving bench seed`: the experiments of the study this project grew out of, measured
 on one machine in one run, in-process (library calls, no servers, as the study ran them):
 
 a. one prompt through transformers `generate()` vs the vLLM engine (equal new tokens);
@@ -19,9 +19,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 from serving.config import PlatformConfig
+from serving.loadgen.args import parse_list
+from serving.loadgen.report import Report
 from serving.loadgen.workloads import SEED_PROMPTS
 
 # (e)'s batch: prompts of different lengths asking for different numbers of tokens, as real traffic.
@@ -265,3 +268,27 @@ def run_suite(
     finally:
         vllm.shutdown()
     return document
+
+
+@dataclass(frozen=True)
+class SeedArgs:
+    """`bench seed`: the options as given (--batch-sizes a comma list)."""
+
+    config_path: str | None
+    output_len: int
+    batch_sizes: str
+    repeats: int
+
+
+def run_seed(args: SeedArgs, out: Path) -> Report:
+    """The suite on --config's model (`out` is where the CLI writes the report)."""
+    import click
+
+    from serving.config import load_config
+    from serving.loadgen.scenarios import seed_report
+
+    config = load_config(args.config_path)
+    sizes = tuple(parse_list(args.batch_sizes, int, "--batch-sizes"))
+    suite = SuiteArgs(args.output_len, sizes, args.repeats)
+    doc = run_suite(config, suite, lambda step: click.echo(f"seed suite: {step} ...", err=True))
+    return seed_report.report(doc)

@@ -1,9 +1,8 @@
 """The autoscale run's report: result.json, summary.md and timeline.png (queue depth and replicas
-over time, matplotlib headless like serving/loadgen/plots.py)."""
+over time, matplotlib headless like the sweep's plots)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,9 @@ matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from serving.loadgen.autoscale import AutoscalePlan, Run, request_counts
-from serving.loadgen.autoscale_timeline import figures
+from serving.loadgen.report import Report
+from serving.loadgen.scenarios.autoscale import AutoscalePlan, Run, request_counts
+from serving.loadgen.scenarios.autoscale_timeline import figures
 
 FIGURE_LABELS = {
     "scale_up_decision_s": "burst start -> scale-up decision (target 2 / replica STARTING)",
@@ -28,7 +28,6 @@ FIGURE_LABELS = {
 def build_document(plan: AutoscalePlan, run: Run) -> dict[str, Any]:
     dep = run.deployment
     return {
-        "scenario": "autoscale",
         "target": {"name": plan.target.name, "base_url": plan.target.base_url},
         "dashboard": plan.dashboard_url,
         "queue_source": getattr(plan.queue_source, "url", None),
@@ -194,8 +193,12 @@ def plot_timeline(document: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_report(document: dict[str, Any], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "result.json").write_text(json.dumps(document, indent=2))
-    (out_dir / "summary.md").write_text(summary_markdown(document))
-    plot_timeline(document, out_dir / "timeline.png")
+def report(plan: AutoscalePlan, run: Run) -> Report:
+    document = build_document(plan, run)
+    return Report(
+        "autoscale",
+        document,
+        summary_markdown(document),
+        [console_summary(document)],
+        {"timeline.png": plot_timeline},
+    )

@@ -1,4 +1,4 @@
-"""`llm-serving bench --scenario soak`: a steady closed-loop load on one target for --duration
+"""`llm-serving bench soak`: a steady closed-loop load on one target for --duration
 seconds while the memory of every Serve replica (RSS of the replica process and its children) is
 sampled. Reports per replica the memory after warm-up, at the end and the growth, and gates the
 growth on --max-growth-mb: result.json, summary.md, memory.png. Replica processes are found through
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import math
 import time
 from collections import Counter
@@ -21,15 +20,8 @@ from urllib.parse import urlsplit
 import click
 
 from serving.loadgen import client, memory
-from serving.loadgen.bench import (
-    BenchArgs,
-    UsageError,
-    build_requests,
-    check_targets,
-    default_targets,
-    parse_list,
-    parse_targets,
-)
+from serving.loadgen.args import StepArgs, UsageError, build_requests, check_targets, one_target
+from serving.loadgen.report import Report
 from serving.loadgen.workloads import RequestSpec
 
 DEFAULT_MAX_GROWTH_MB = 200.0
@@ -66,7 +58,7 @@ def dashboard_url(given: str | None) -> str:
     url = given or (state.dashboard_url if state else None)
     if url is None:
         raise UsageError(
-            "--scenario soak reads replica memory from the local platform; start one with "
+            "bench soak reads replica memory from the local platform; start one with "
             "`llm-serving up` or pass --dashboard"
         )
     if urlsplit(url).hostname not in LOCAL_HOSTS:
@@ -153,7 +145,6 @@ def soak_document(plan: SoakPlan, run: SoakRun) -> dict[str, Any]:
     requests = request_summary(run.results, run.elapsed_s)
     held = memory.memory_held(growths)
     return {
-        "scenario": "soak",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "base_url": plan.target.base_url,
         "model_id": plan.model,
@@ -240,44 +231,51 @@ def plot_memory(document: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_soak_report(document: dict[str, Any], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "result.json").write_text(json.dumps(document, indent=2))
-    (out_dir / "summary.md").write_text(markdown(document))
-    plot_memory(document, out_dir / "memory.png")
+def report(document: dict[str, Any]) -> Report:
+    console = summary_lines(document) + replica_rows(document)
+    return Report(
+        "soak",
+        document,
+        markdown(document),
+        console,
+        {"memory.png": plot_memory},
+        {},
+        document["passed"],
+    )
 
 
-def build_plan(
-    args: BenchArgs, max_growth_mb: float, warmup_s: float | None, dashboard: str | None = None
-) -> SoakPlan:
+@dataclass(frozen=True)
+class SoakArgs(StepArgs):
+    """`bench soak`: --duration is required; replica growth is gated on max_growth_mb."""
+
+    max_growth_mb: float
+    warmup: float | None
+
+
+def build_plan(args: SoakArgs) -> SoakPlan:
     if not math.isfinite(args.duration):
-        raise UsageError("--scenario soak needs --duration SECONDS")
-    if args.peers or args.requirements:
-        raise UsageError("--scenario soak takes neither --peer nor --require (use --max-growth-mb)")
-    targets = parse_targets(args.target_items) if args.target_items else default_targets()
-    if len(targets) != 1:
-        raise UsageError("--scenario soak loads one --target")
-    warmup = memory.default_warmup_s(args.duration) if warmup_s is None else warmup_s
+        raise UsageError("bench soak needs --duration SECONDS")
+    target = one_target(args, "soak")
+    warmup = memory.default_warmup_s(args.duration) if args.warmup is None else args.warmup
     if warmup >= args.duration:
         raise UsageError(f"--warmup {warmup:g} must be shorter than --duration {args.duration:g}")
-    concurrency = max(parse_list(args.concurrency, int, "--concurrency"))
-    dashboard = dashboard_url(dashboard)
+    dashboard = dashboard_url(args.dashboard)
     specs = build_requests(args)
-    model = asyncio.run(check_targets(targets, args.model))
+    model = asyncio.run(check_targets([target], args.model))
     opts = client.RequestOptions(
         model, args.endpoint, not args.free_length, timeout_s=args.request_timeout
     )
     return SoakPlan(
-        targets[0],
+        target,
         dashboard,
         model,
         specs,
         opts,
-        concurrency,
+        args.concurrency,
         args.duration,
         warmup,
         memory.sampling_interval_s(args.duration),
-        max_growth_mb,
+        args.max_growth_mb,
     )
 
 
@@ -295,26 +293,14 @@ def check_replicas_visible(plan: SoakPlan) -> None:
         )
 
 
-def run_soak(
-    args: BenchArgs,
-    max_growth_mb: float = DEFAULT_MAX_GROWTH_MB,
-    warmup_s: float | None = None,
-    dashboard: str | None = None,
-) -> bool:
-    """The whole scenario; True when every replica's growth held the bound and nothing failed."""
-    plan = build_plan(args, max_growth_mb, warmup_s, dashboard)
+def run_soak(args: SoakArgs, out: Path) -> Report:
+    """The whole scenario (`out` is where the CLI writes the report); the report passes when every
+    replica's growth held the bound and no request failed."""
+    plan = build_plan(args)
     check_replicas_visible(plan)
-    out = Path(args.output_dir or f"bench-results/soak-{dt.datetime.now():%Y%m%d-%H%M%S}")
     click.echo(
         f"soak: {plan.duration_s:g} s at concurrency {plan.concurrency}, replica memory every "
         f"{plan.interval_s:g} s, warm-up {plan.warmup_s:g} s ...",
         err=True,
     )
-    document = soak_document(plan, asyncio.run(run_soak_load(plan)))
-    write_soak_report(document, out)
-    for line in summary_lines(document):
-        click.echo(line)
-    for row in replica_rows(document):
-        click.echo(row)
-    click.echo(f"report: {out}/summary.md (result.json, memory.png)")
-    return document["passed"]
+    return report(soak_document(plan, asyncio.run(run_soak_load(plan))))

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from serving.cli import main
-from serving.loadgen import soak
 from serving.loadgen.client import RequestOptions, RequestResult, Target
+from serving.loadgen.report import write_report
+from serving.loadgen.scenarios import soak
 from serving.loadgen.workloads import RequestSpec
 
 
@@ -50,7 +51,7 @@ def test_steady_memory_and_no_failure_passes(tmp_path: Path) -> None:
         "output_tokens": 80,
         "request_throughput": 0.5,
     }
-    soak.write_soak_report(document, tmp_path)
+    write_report(soak.report(document), tmp_path)
     written = json.loads((tmp_path / "result.json").read_text())
     assert written["replicas"][0]["replica"] == "hf/HFBaseline/b"
     assert (
@@ -71,10 +72,8 @@ def test_growth_beyond_the_bound_or_a_failed_request_fails() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--scenario", "soak"], "needs --duration"),
         (
             [
-                "--scenario",
                 "soak",
                 "--duration",
                 "10",
@@ -87,7 +86,6 @@ def test_growth_beyond_the_bound_or_a_failed_request_fails() -> None:
         ),
         (
             [
-                "--scenario",
                 "soak",
                 "--duration",
                 "10",
@@ -98,10 +96,8 @@ def test_growth_beyond_the_bound_or_a_failed_request_fails() -> None:
             ],
             "one --target",
         ),
-        (["--scenario", "soak", "--duration", "10", "--require", "x>1"], "--require"),
         (
             [
-                "--scenario",
                 "soak",
                 "--duration",
                 "10",
@@ -119,3 +115,16 @@ def test_bad_soak_input_is_one_error_line(args: list[str], message: str) -> None
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "a=http://127.0.0.1:1/v1"], "Missing option '--duration'"),
+        (["--duration", "10", "--require", "x>1"], "No such option '--require'"),
+        (["--duration", "10", "--peer", "vllm"], "No such option '--peer'"),
+    ],
+)
+def test_soak_takes_only_its_own_options(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["bench", "soak", *args])
+    assert result.exit_code == 2 and message in result.output, result.output

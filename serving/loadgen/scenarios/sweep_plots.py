@@ -115,13 +115,3 @@ def plot_server(document: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def write_plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
-    if not document["levels"]:
-        return []
-    return [
-        plot_throughput(document, out_dir / "throughput.png"),
-        plot_latency(document, out_dir / "latency.png"),
-        plot_server(document, out_dir / "server.png"),
-    ]

@@ -11,11 +11,12 @@ import pytest
 from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 
-from serving.loadgen import autoscale, autoscale_report, plots, seed_report, soak
-from tests.unit.loadgen.test_autoscale import timeline
-from tests.unit.loadgen.test_seed_suite import recorded_document
-from tests.unit.loadgen.test_soak import plan as soak_plan
-from tests.unit.loadgen.test_soak import run as soak_run
+from serving.loadgen.scenarios import autoscale, autoscale_report, seed_report, soak
+from serving.loadgen.scenarios import sweep_plots as plots
+from tests.unit.loadgen.scenarios.test_autoscale import timeline
+from tests.unit.loadgen.scenarios.test_seed import recorded_document
+from tests.unit.loadgen.scenarios.test_soak import plan as soak_plan
+from tests.unit.loadgen.scenarios.test_soak import run as soak_run
 
 # (level, ttft, tpot, itl, e2el) medians in ms; p90 / p99 a little above. From a 2-target run where
 # the baseline's TTFT grows with its queue while TPOT stays in a narrow band.

@@ -1,4 +1,4 @@
-"""`llm-serving bench --scenario autoscale`: a bounded step burst against one autoscaling
+"""`llm-serving bench autoscale`: a bounded step burst against one autoscaling
 deployment while its replicas (the Ray dashboard's REST API, so it works from outside the
 cluster) and its queue are sampled; reports how long scale-up and scale-down took and what
 happened to every request. The timeline maths are pure functions over the samples
@@ -21,12 +21,7 @@ import httpx
 import openai
 
 from serving import metrics as platform_metrics
-from serving.loadgen.autoscale_timeline import (
-    ReplicaSample,
-    figures,
-    replica_sample,
-    second_replica_serving_at,
-)
+from serving.loadgen.args import StepArgs, UsageError, build_requests, check_targets, one_target
 from serving.loadgen.client import (
     RequestOptions,
     RequestResult,
@@ -34,6 +29,13 @@ from serving.loadgen.client import (
     TargetError,
     make_client,
     send_request,
+)
+from serving.loadgen.report import Report
+from serving.loadgen.scenarios.autoscale_timeline import (
+    ReplicaSample,
+    figures,
+    replica_sample,
+    second_replica_serving_at,
 )
 from serving.loadgen.server_stats import HealthSource, PrometheusSource, StatsSource
 from serving.loadgen.workloads import RequestSpec
@@ -331,59 +333,52 @@ def local_endpoints() -> tuple[str | None, str | None]:
     return (state.dashboard_url, state.metrics_url) if state else (None, None)
 
 
-def build_plan(args: Any, dashboard: str | None) -> AutoscalePlan:
-    """From `llm-serving bench` options: one target, the step height is the largest
-    --concurrency, --requests bounds the step, --duration caps it (default MAX_LOAD_S)."""
-    from serving.loadgen import bench
+@dataclass(frozen=True)
+class AutoscaleArgs(StepArgs):
+    """`bench autoscale`: --concurrency is the step's height, --duration caps it."""
 
-    if len(args.target_items) > 1 or args.peers or args.requirements:
-        raise bench.UsageError("--scenario autoscale takes one --target and no --peer/--require")
-    targets = (
-        bench.parse_targets(args.target_items) if args.target_items else bench.default_targets()
-    )
+    stats_interval: float
+
+
+def build_plan(args: AutoscaleArgs) -> AutoscalePlan:
+    """One target; --requests bounds the step, --duration caps it (default MAX_LOAD_S)."""
+    target = one_target(args, "autoscale")
     local_dashboard, local_metrics = local_endpoints()
+    dashboard = args.dashboard
     if dashboard is not None and not dashboard.startswith(("http://", "https://")):
-        raise bench.UsageError(f"--dashboard {dashboard!r}: expected http://HOST:PORT")
+        raise UsageError(f"--dashboard {dashboard!r}: expected http://HOST:PORT")
     dashboard = (dashboard or local_dashboard or "").rstrip("/")
     if not dashboard:
-        raise bench.UsageError("no --dashboard given and no local platform is running")
+        raise UsageError("no --dashboard given and no local platform is running")
     # The local metrics endpoint only describes the cluster whose dashboard this is.
     metrics_url = local_metrics if dashboard == (local_dashboard or "").rstrip("/") else None
-    model = asyncio.run(bench.check_targets(targets, args.model))
+    model = asyncio.run(check_targets([target], args.model))
     opts = RequestOptions(
         model, args.endpoint, not args.free_length, timeout_s=args.request_timeout
     )
     return AutoscalePlan(
-        target=targets[0],
+        target=target,
         dashboard_url=dashboard,
-        queue_source=default_queue_source(metrics_url, targets[0]),
+        queue_source=default_queue_source(metrics_url, target),
         opts=opts,
-        specs=bench.build_requests(args),
-        concurrency=max(bench.parse_list(args.concurrency, int, "--concurrency")),
+        specs=build_requests(args),
+        concurrency=args.concurrency,
         max_load_s=args.duration if math.isfinite(args.duration) else MAX_LOAD_S,
         # Ray exports metrics every 2 s: reading faster only costs the CPU the new replica needs
         queue_interval_s=max(args.stats_interval, 2.0),
     )
 
 
-def run_command(args: Any, dashboard: str | None) -> dict[str, Any]:
-    """`llm-serving bench --scenario autoscale`: run, print, write the report; the document."""
-    import datetime as dt
-
+def run_step(args: AutoscaleArgs, out: Path) -> Report:
+    """The whole scenario (`out` is where the CLI writes the report)."""
     import click
 
-    from serving.loadgen import autoscale_report
+    from serving.loadgen.scenarios import autoscale_report
 
-    plan = build_plan(args, dashboard)
+    plan = build_plan(args)
     click.echo(
         f"autoscale: step of {plan.concurrency} in flight against {plan.target.base_url}; "
         f"replicas from {plan.dashboard_url}",
         err=True,
     )
-    run = asyncio.run(run_autoscale(plan))
-    document = autoscale_report.build_document(plan, run)
-    out = Path(args.output_dir or f"bench-results/{dt.datetime.now():%Y%m%d-%H%M%S}")
-    autoscale_report.write_report(document, out)
-    click.echo(autoscale_report.console_summary(document))
-    click.echo(f"report: {out}/summary.md (result.json, timeline.png)")
-    return document
+    return autoscale_report.report(plan, asyncio.run(run_autoscale(plan)))

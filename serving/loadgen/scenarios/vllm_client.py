@@ -1,4 +1,4 @@
-"""`llm-serving vllm-bench`: vLLM's own benchmark client (`vllm.benchmarks.serve`, the client
+"""`llm-serving bench vllm-client`: vLLM's own benchmark client (`vllm.benchmarks.serve`, the client
 `vllm bench serve` runs) against several targets, interleaved round by round, with the ratios of
 each target to a baseline side by side. With `--peer vllm` it starts plain vLLM's server on the
 same model and `vllm serve` options as the platform config (the wrapper-cost comparison)."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from serving.loadgen.args import UsageError, parse_list
+from serving.loadgen.peers import VLLM_PEER_NAME
+from serving.loadgen.report import Report
 
 METRICS = ("output_throughput", "median_ttft_ms", "median_itl_ms", "median_tpot_ms")
 BACKENDS = {
@@ -33,7 +36,7 @@ class Shape:
         try:
             prompt, output = (int(part) for part in text.lower().split("x"))
         except ValueError:
-            raise click.BadParameter(f"shape {text!r}: want INPUTxOUTPUT, e.g. 16x128") from None
+            raise UsageError(f"--shape {text!r}: want INPUTxOUTPUT, e.g. 16x128") from None
         return cls(prompt, output)
 
     def __str__(self) -> str:
@@ -140,105 +143,74 @@ def targets_with_peer(
         yield targets
         return
     from serving.config import load_config
-    from serving.loadgen.peers import VLLM_PEER_NAME, vllm_peer
+    from serving.loadgen.peers import vllm_peer
 
     config = load_config(config_path).platform_of(model)
     with vllm_peer(config, model, output / "vllm-peer.log") as target:
         yield {**targets, VLLM_PEER_NAME: target.origin}
 
 
-@click.command("vllm-bench")
-@click.option(
-    "--target",
-    "target_items",
-    multiple=True,
-    required=True,
-    metavar="NAME=ORIGIN",
-    help="A server origin, e.g. platform=http://127.0.0.1:8000 (repeatable).",
-)
-@click.option(
-    "--peer-vllm",
-    is_flag=True,
-    help="Also start plain vLLM's server with --config's model and vllm serve options.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="Platform config YAML (model, options) for --peer-vllm and the tokenizer.",
-)
-@click.option(
-    "--baseline",
-    default="vllm-serve",
-    show_default=True,
-    help="Target every throughput ratio is taken against.",
-)
-@click.option("--model", required=True, help="Model name to request.")
-@click.option(
-    "--endpoint", type=click.Choice(sorted(BACKENDS)), default="completions", show_default=True
-)
-@click.option(
-    "--shape",
-    "shapes",
-    multiple=True,
-    default=("16x128", "128x64"),
-    show_default=True,
-    help="INPUTxOUTPUT tokens per request (repeatable).",
-)
-@click.option("--concurrency", default="8,16", show_default=True)
-@click.option("--num-prompts", default=32, show_default=True, help="Requests per run.")
-@click.option("--rounds", default=2, show_default=True, help="Interleaved rounds per cell.")
-@click.option(
-    "--output",
-    type=click.Path(file_okay=False),
-    default="bench-results/vllm-bench",
-    show_default=True,
-)
-def vllm_bench(
-    target_items: tuple[str, ...],
-    peer_vllm: bool,
-    config_path: str | None,
-    baseline: str,
-    model: str,
-    endpoint: str,
-    shapes: tuple[str, ...],
-    concurrency: str,
-    num_prompts: int,
-    rounds: int,
-    output: str,
-) -> None:
-    """vLLM's benchmark client against each target, interleaved; ratios to --baseline."""
+@dataclass(frozen=True)
+class VLLMClientArgs:
+    """`bench vllm-client`: the options as given."""
+
+    target_items: tuple[str, ...]
+    peer: str | None
+    config_path: str | None
+    baseline: str
+    model: str
+    endpoint: str
+    shapes: tuple[str, ...]
+    concurrency: str
+    num_prompts: int
+    rounds: int
+
+
+def parse_origins(items: tuple[str, ...]) -> dict[str, str]:
+    origins = dict(item.partition("=")[::2] for item in items)
+    bad = [o for o in origins.values() if not o.startswith(("http://", "https://"))]
+    if bad or len(origins) != len(items):
+        raise UsageError(f"--target: expected distinct NAME=http://HOST:PORT, got {list(items)}")
+    return origins
+
+
+def run_vllm_client(args: VLLMClientArgs, out: Path) -> Report:
+    """vLLM's client against every target, interleaved round by round in each cell."""
     from serving.config import load_config
     from serving.models import resolve_model
 
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    config = load_config(config_path).platform_of(model)
+    config = load_config(args.config_path).platform_of(args.model)
     tokenizer = str(resolve_model(config.model.ref, config.model.cache_dir))
-    targets = dict(item.split("=", 1) for item in target_items)
-    levels = [int(level) for level in concurrency.split(",")]
+    shapes = [Shape.parse(text) for text in args.shapes]
+    levels = parse_list(args.concurrency, int, "--concurrency")
     results: dict[str, dict[str, dict[str, float]]] = {}
-    with targets_with_peer(targets, peer_vllm, config_path, model, out) as all_targets:
-        if baseline not in all_targets:
-            raise click.BadParameter(f"--baseline {baseline} is not a target")
-        for shape in map(Shape.parse, shapes):
+    out.mkdir(parents=True, exist_ok=True)  # the peer's log
+    targets = parse_origins(args.target_items)
+    names = [*targets, *([VLLM_PEER_NAME] if args.peer == "vllm" else [])]
+    if args.baseline not in names:
+        raise UsageError(f"--baseline {args.baseline}: not a target ({', '.join(names)})")
+    with targets_with_peer(
+        targets, args.peer == "vllm", args.config_path, args.model, out
+    ) as every:
+        for shape in shapes:
             for level in levels:
-                runs: dict[str, list[dict[str, Any]]] = {name: [] for name in all_targets}
-                for round_index in range(rounds):
-                    for name, origin in all_targets.items():
-                        args = client_args(
+                runs: dict[str, list[dict[str, Any]]] = {name: [] for name in every}
+                for round_index in range(args.rounds):
+                    for name, origin in every.items():
+                        cli = client_args(
                             origin,
-                            model,
+                            args.model,
                             tokenizer,
-                            endpoint,
+                            args.endpoint,
                             shape,
                             level,
-                            num_prompts,
+                            args.num_prompts,
                             seed=round_index,
                         )
-                        runs[name].append(run_client(args))
-                results[f"{shape}@{level}"] = ratios(runs, baseline)
-                click.echo(table({f"{shape}@{level}": results[f"{shape}@{level}"]}, baseline))
-    (out / "result.json").write_text(json.dumps(results, indent=2))
-    (out / "summary.md").write_text(table(results, baseline) + "\n")
-    click.echo(table(results, baseline))
+                        runs[name].append(run_client(cli))
+                results[f"{shape}@{level}"] = ratios(runs, args.baseline)
+                click.echo(table({f"{shape}@{level}": results[f"{shape}@{level}"]}, args.baseline))
+    summary = table(results, args.baseline)
+    return Report(
+        "vllm-client", {"baseline": args.baseline, "cells": results}, summary + "\n", [summary]
+    )
