@@ -5,6 +5,7 @@ endpoint (Ray's node exporter). Targets that are not the local platform have no 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 
@@ -27,6 +28,23 @@ def local_metrics_url(targets: list[Target]) -> str | None:
         return None
     origin = state.api_url.rstrip("/").removesuffix("/v1")
     return state.metrics_url if any(t.origin == origin for t in targets) else None
+
+
+def adapter_ids(models_body: dict[str, Any]) -> set[str]:
+    """The LoRA adapters of an OpenAI /models answer: vLLM's cards of adapters name a `parent`."""
+    return {card["id"] for card in models_body.get("data", []) if card.get("parent")}
+
+
+def requests_adapters(targets: list[Target], models: set[str]) -> bool:
+    """Whether a requested model is an adapter of a target: only then are loads worth the wait."""
+    for target in targets:
+        try:
+            body = httpx.get(f"{target.base_url}/models", timeout=10).json()
+        except (httpx.HTTPError, ValueError):
+            return True  # unknown: count them rather than miss them
+        if adapter_ids(body) & models:
+            return True
+    return False
 
 
 def read_adapter_loads(metrics_url: str) -> Loads | None:

@@ -80,3 +80,17 @@ def test_adapter_loads_during_a_run_are_the_counter_differences(
     rows = server_counters.loads_during(before, "http://127.0.0.1:1/metrics")
     assert rows == [{"adapter": "a", "model": "m", "replica": "r1", "loads": 1}]
     assert server_counters.loads_during(None, "http://127.0.0.1:1/metrics") is None
+
+
+def test_adapters_are_the_model_cards_with_a_parent() -> None:
+    from serving.loadgen.server_counters import adapter_ids
+
+    body = {
+        "data": [
+            {"id": "base", "parent": None},
+            {"id": "sql-lora", "parent": "base"},
+            {"id": "other"},
+        ]
+    }
+    assert adapter_ids(body) == {"sql-lora"}
+    assert adapter_ids({}) == set()

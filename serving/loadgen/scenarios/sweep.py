@@ -131,7 +131,12 @@ def run_sweep(args: SweepArgs, out: Path) -> Report:
             args.stats_interval,
             slo_ms,
         )
+        requested = (
+            {model} | {s.model for s in specs if s.model} | {t.model for t in targets if t.model}
+        )
         metrics_url = server_counters.local_metrics_url(targets)
+        if metrics_url and not server_counters.requests_adapters(targets, requested):
+            metrics_url = None  # no adapter requested: skip the wait for the counters' export
         before = server_counters.read_adapter_loads(metrics_url) if metrics_url else None
         outcome = run_with_progress(plan)
         if metrics_url and before is not None:
