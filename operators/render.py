@@ -89,7 +89,7 @@ def needs_cpu_group(spec: LLMServiceSpec) -> bool:
     """GPU workers run only vLLM: enabled apps on the CPU need a CPU group beside them."""
     config = spec.platform
     accelerators = [d.resources.accelerator for d in vllm_deployments(config)]
-    for app in registry.APPS:
+    for app in registry.apps_of(config):
         settings = getattr(config, app.name)
         if app.name != "vllm" and settings.enabled:
             accelerators.append(settings.resources.accelerator)

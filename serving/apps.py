@@ -1,24 +1,28 @@
-"""The platform's Serve apps, one entry each: the one list that local runs, the RayService's serve
-config (serving.k8s.serve_config), the chart's app table (generated into
-helm/llm-serving/templates/_generated.tpl) and the operator (which renders the chart) all read.
+"""The platform's Serve apps. The registry is PlatformConfig itself: each app is one field,
+annotated with its App entry (`Annotated[Section, App(builder, deployment)]`), whose section
+enables, routes and sizes it. `apps_of(config)` reads the entries in field order; local runs, the
+RayService's serve config (serving.k8s.serve_config), the chart's app table (generated into
+helm/llm-serving/templates/_generated.tpl) and the operator (which renders the chart) all read it.
 
-Adding an app: an entry here and its deployment module (with its Serve builder, which takes the
-app's part of the platform config as `args`), and the PlatformConfig section its entry names,
-which enables, routes and sizes it (tests/k8s/test_app_registry.py adds a toy one)."""
+Adding an app: its field (the entry) and its deployment module, with its Serve builder, which
+takes the app's part of the platform config as `args` (tests/k8s/test_app_registry.py adds a toy
+one)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel
 
 
 @dataclass(frozen=True)
 class App:
-    name: str  # the Serve app's name, and the PlatformConfig section it is configured by
     builder: str  # import path of its Serve application builder ("module:function")
     deployment: str  # the name of its one deployment
     # Whether Serve scales it: replicas or autoscaling, backpressure, graceful shutdown. An app
     # that is not scaled gets only max_ongoing_requests.
     scaled: bool = True
+    name: str = ""  # the Serve app's name: its PlatformConfig field (apps_of fills it in)
 
     @property
     def sections(self) -> tuple[str, ...]:
@@ -27,17 +31,22 @@ class App:
         return ("model", self.name, "auth", "limits")
 
 
-APPS: tuple[App, ...] = (
-    App("vllm", "serving.deployments.vllm_server:vllm_app", "VLLMServer"),
-    App("hf", "serving.deployments.hf_baseline:hf_app", "HFBaseline"),
-    App("analysis", "serving.deployments.analysis:analysis_app", "Analysis", scaled=False),
-)
 # With `models`, the `vllm` app is this router at vllm.route_prefix, and each model an app of its
 # own built by MODEL_BUILDER, without a route (the router reaches it by handle).
 ROUTER_BUILDER = "serving.deployments.model_router:router_app"
 MODEL_BUILDER = "serving.deployments.vllm_server:model_app"
 
 
-def app_named(name: str) -> App:
-    """The registry entry of an app (read from APPS at each call, so a test may extend it)."""
-    return next(app for app in APPS if app.name == name)
+def apps_of(config: BaseModel | type[BaseModel]) -> tuple[App, ...]:
+    """The apps of a platform config (or its class): its App-annotated fields, in field order."""
+    fields = (config if isinstance(config, type) else type(config)).model_fields
+    return tuple(
+        replace(entry, name=name)
+        for name, info in fields.items()
+        for entry in info.metadata
+        if isinstance(entry, App)
+    )
+
+
+def app_named(config: BaseModel | type[BaseModel], name: str) -> App:
+    return next(app for app in apps_of(config) if app.name == name)

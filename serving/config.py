@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from serving import apps as registry
 from serving.access_config import AuthConfig, RequestLimits
+from serving.apps import App, apps_of
 from serving.replica_config import (
     AutoscalingSettings,
     BackpressureSettings,
@@ -231,13 +231,19 @@ class PlatformConfig(StrictModel):
     )
     http: HTTPConfig = Field(default_factory=HTTPConfig, description="Serve's HTTP proxy.")
     ray: RayConfig = Field(default_factory=RayConfig, description="The local Ray head (`up`).")
-    vllm: VLLMDeploymentConfig = Field(
-        default_factory=VLLMDeploymentConfig, description="The vLLM application."
-    )
-    hf: HFDeploymentConfig = Field(
+    # The Serve apps: each field's App entry names its builder and deployment (serving/apps.py).
+    vllm: Annotated[
+        VLLMDeploymentConfig, App("serving.deployments.vllm_server:vllm_app", "VLLMServer")
+    ] = Field(default_factory=VLLMDeploymentConfig, description="The vLLM application.")
+    hf: Annotated[
+        HFDeploymentConfig, App("serving.deployments.hf_baseline:hf_app", "HFBaseline")
+    ] = Field(
         default_factory=HFDeploymentConfig, description="The transformers baseline application."
     )
-    analysis: AnalysisDeploymentConfig = Field(
+    analysis: Annotated[
+        AnalysisDeploymentConfig,
+        App("serving.deployments.analysis:analysis_app", "Analysis", scaled=False),
+    ] = Field(
         default_factory=AnalysisDeploymentConfig, description="The model analysis application."
     )
     auth: AuthConfig = Field(
@@ -301,7 +307,7 @@ class PlatformConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_route_prefixes(self) -> PlatformConfig:
-        prefixes = {app.name: getattr(self, app.name).route_prefix for app in registry.APPS}
+        prefixes = {app.name: getattr(self, app.name).route_prefix for app in apps_of(self)}
         for name, prefix in prefixes.items():
             if not prefix.startswith("/"):
                 raise ValueError(f"{name}.route_prefix must start with '/'")

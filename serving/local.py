@@ -75,7 +75,7 @@ def endpoints(config: PlatformConfig) -> Endpoints:
         dashboard_url=f"http://{config.ray.dashboard_host}:{config.ray.dashboard_port}",
         metrics_url=f"http://127.0.0.1:{config.ray.metrics_export_port}/metrics",
         model=config.models[0].name if config.models else config.model.name,
-        apps=[app.name for app in registry.APPS if getattr(config, app.name).enabled],
+        apps=[app.name for app in registry.apps_of(config) if getattr(config, app.name).enabled],
         hf_url=f"{http}{config.hf.route_prefix.rstrip('/')}/v1" if config.hf.enabled else None,
         analysis_url=(
             f"{http}{config.analysis.route_prefix.rstrip('/')}" if config.analysis.enabled else None

@@ -32,7 +32,9 @@ def app_args(config: PlatformConfig, name: str) -> dict[str, Any]:
     """The part of the platform block (as the user wrote it: only set fields) one app reads,
     without the deployment options Serve applies in place."""
     written = config.model_dump(mode="json", exclude_unset=True)
-    args = {key: written[key] for key in registry.app_named(name).sections if key in written}
+    args = {
+        key: written[key] for key in registry.app_named(config, name).sections if key in written
+    }
     if name in args:
         args[name] = {k: v for k, v in args[name].items() if k not in NOT_IN_ARGS}
         if not args[name]:
@@ -43,7 +45,7 @@ def app_args(config: PlatformConfig, name: str) -> dict[str, Any]:
 def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
     """Serve's per-deployment options of one app (ServeApplicationSchema `deployments` entry)."""
     settings = getattr(config, name)
-    app = registry.app_named(name)
+    app = registry.app_named(config, name)
     options: dict[str, Any] = {"name": app.deployment}
     if not app.scaled:
         return options | {"max_ongoing_requests": settings.max_ongoing_requests}
@@ -64,7 +66,7 @@ def router_option(policy: str) -> dict[str, Any]:
 
 def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
     apps = []
-    for app in registry.APPS:
+    for app in registry.apps_of(config):
         name = app.name
         settings = getattr(config, name)
         if not settings.enabled:
@@ -125,7 +127,9 @@ def served_model_refs(config: PlatformConfig) -> list[str]:
     `models` endpoint runs (every other app serves it)."""
     by_models = bool(config.models and config.vllm.enabled)
     refs = [entry.model.ref for entry in config.models] if by_models else []
-    others = (getattr(config, app.name).enabled for app in registry.APPS if app.name != "vllm")
+    others = (
+        getattr(config, app.name).enabled for app in registry.apps_of(config) if app.name != "vllm"
+    )
     if not by_models or any(others):
         refs.insert(0, config.model.ref)
     return list(dict.fromkeys(refs))

@@ -38,7 +38,7 @@ def app_table(platform: PlatformConfig) -> dict[str, dict[str, Any]]:
             "scaled": app.scaled,
             "sections": list(app.sections),
         }
-        for app in registry.APPS
+        for app in registry.apps_of(platform)
     }
     table["router"] = {
         "import_path": registry.ROUTER_BUILDER,
@@ -51,7 +51,7 @@ def app_table(platform: PlatformConfig) -> dict[str, dict[str, Any]]:
 def serving_defaults(platform: PlatformConfig) -> dict[str, dict[str, Any]]:
     """PlatformConfig's defaults of the deployment options, for values that leave them out."""
     table: dict[str, dict[str, Any]] = {}
-    for app in registry.APPS:
+    for app in registry.apps_of(platform):
         section = getattr(platform, app.name)
         table[app.name] = {"max_ongoing_requests": section.max_ongoing_requests}
         if app.scaled:
@@ -75,7 +75,7 @@ def generated_template(platform: PlatformConfig | None = None) -> str:
     return HEADER + "\n".join(
         [
             definition("appTable", app_table(platform)),
-            definition("appNames", [app.name for app in registry.APPS]),
+            definition("appNames", [app.name for app in registry.apps_of(platform)]),
             definition("routerConfigs", ROUTER_CONFIGS),
             definition("notInArgs", list(NOT_IN_ARGS)),
             definition("servingDefaults", serving_defaults(platform)),

@@ -1,6 +1,7 @@
-"""serving.apps is the one list of apps: a toy fourth app (tests/k8s/toy/echo.py, its deployment
-module, plus one registry entry) reaches the serve config that local runs and the RayService
-deploy, and the chart through its generated tables, with nothing else changed."""
+"""The App-annotated fields of the platform config are the one list of apps: a toy fourth app
+(tests/k8s/toy/echo.py: its deployment module and its one field) reaches the serve config that
+local runs and the RayService deploy, and the chart through its generated tables, with nothing
+else changed."""
 
 from __future__ import annotations
 
@@ -14,22 +15,33 @@ import yaml
 from ray.serve import Application
 
 from serving import apps as registry
+from serving.config import PlatformConfig
 from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import serve_config_v2
 from serving.k8s.templates import TEMPLATE_FILE, generated_template
 from tests.k8s.toy.echo import EchoPlatform
 
-ECHO = registry.App("echo", "tests.k8s.toy.echo:echo_app", "Echo", scaled=False)
-
-
-@pytest.fixture
-def with_echo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "APPS", (*registry.APPS, ECHO))
+ECHO = registry.app_named(EchoPlatform, "echo")
 
 
 def echo_entry(document: dict[str, Any]) -> dict[str, Any]:
     return next(app for app in document["applications"] if app["name"] == "echo")
+
+
+def test_the_entries_are_the_annotated_fields_in_order() -> None:
+    assert [app.name for app in registry.apps_of(EchoPlatform)] == [
+        "vllm",
+        "hf",
+        "analysis",
+        "echo",
+    ]
+    assert (ECHO.builder, ECHO.deployment, ECHO.scaled) == (
+        "tests.k8s.toy.echo:echo_app",
+        "Echo",
+        False,
+    )
+    assert "echo" not in {app.name for app in registry.apps_of(PlatformConfig)}
 
 
 def test_generated_template_is_up_to_date() -> None:
@@ -38,7 +50,6 @@ def test_generated_template_is_up_to_date() -> None:
     )
 
 
-@pytest.mark.usefixtures("with_echo")
 def test_a_registry_entry_adds_the_app_to_the_serve_config() -> None:
     config = EchoPlatform.model_validate({"echo": {"route_prefix": "/toy"}})
     entry = echo_entry(serve_config_v2(config))
@@ -49,7 +60,6 @@ def test_a_registry_entry_adds_the_app_to_the_serve_config() -> None:
     assert isinstance(getattr(importlib.import_module(module), name)(entry["args"]), Application)
 
 
-@pytest.mark.usefixtures("with_echo")
 def test_a_disabled_app_is_left_out_and_route_prefixes_stay_distinct() -> None:
     off = EchoPlatform.model_validate({"echo": {"enabled": False}})
     assert "echo" not in {app["name"] for app in serve_config_v2(off)["applications"]}
@@ -57,7 +67,6 @@ def test_a_disabled_app_is_left_out_and_route_prefixes_stay_distinct() -> None:
         EchoPlatform.model_validate({"echo": {"route_prefix": "/hf"}})
 
 
-@pytest.mark.usefixtures("with_echo")
 def test_the_chart_deploys_the_new_app_from_its_generated_tables(tmp_path: Path) -> None:
     chart = tmp_path / "chart"
     shutil.copytree(CHART_DIR, chart)

@@ -38,13 +38,13 @@ def test_rendered_is_valid_for_ray_serve(case: Rendered) -> None:
 def app_parts(config: PlatformConfig) -> dict[str, tuple[PlatformConfig, tuple[str, ...]]]:
     """Per app: the platform its args stand for and the sections it reads. With `models`, the
     router reads the models list, and each model's app is that model's single-model platform."""
-    parts = {app.name: (config, app.sections) for app in registry.APPS}
+    parts = {app.name: (config, app.sections) for app in registry.apps_of(config)}
     if config.models:
         parts["vllm"] = (config, ("models", "auth", "limits"))
         for entry in config.models:
             parts[entry.app_name] = (
                 config.model_platform(entry),
-                registry.app_named("vllm").sections,
+                registry.app_named(config, "vllm").sections,
             )
     return parts
 
@@ -62,7 +62,8 @@ def test_args_load_with_platform_config(case: Rendered) -> None:
         loaded = parse_config(app["args"], app["name"])
         expected, sections = parts[app["name"]]
         for section in sections:
-            exclude = set(NOT_IN_ARGS) if section in {app.name for app in registry.APPS} else set()
+            app_names = {app.name for app in registry.apps_of(PlatformConfig)}
+            exclude = set(NOT_IN_ARGS) if section in app_names else set()
             assert dumped(getattr(loaded, section), exclude) == dumped(
                 getattr(expected, section), exclude
             )
@@ -83,7 +84,10 @@ def vllm_app(values: dict[str, Any]) -> dict[str, Any]:
 
 def test_disabling_analysis_leaves_vllm_byte_identical() -> None:
     default = vllm_block({})
-    assert "args:" in default and f"import_path: {registry.app_named('vllm').builder}" in default
+    assert (
+        "args:" in default
+        and f"import_path: {registry.app_named(PlatformConfig, 'vllm').builder}" in default
+    )
     assert vllm_block({"platform": {"analysis": {"enabled": False}}}) == default
 
 

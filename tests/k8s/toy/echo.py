@@ -1,14 +1,16 @@
-"""A toy fourth app, as a contributor would add one: its deployment module (this file) and one
-registry entry (tests/k8s/test_app_registry.py adds it to serving.apps.APPS)."""
+"""A toy fourth app, as a contributor would add one: its deployment module (this file) and its
+registry entry, the App-annotated field of the platform config (here on a subclass, so the real
+PlatformConfig stays as it is; a real app adds the field to PlatformConfig itself)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 from ray import serve
 from ray.serve import Application
 
+from serving.apps import App
 from serving.config import PlatformConfig
 from serving.replica_config import StrictModel
 
@@ -22,9 +24,11 @@ class EchoConfig(StrictModel):
 
 
 class EchoPlatform(PlatformConfig):
-    """PlatformConfig with the app's section, as the field a real app adds to it."""
+    """PlatformConfig with the app's registry entry."""
 
-    echo: EchoConfig = Field(default_factory=EchoConfig)
+    echo: Annotated[EchoConfig, App("tests.k8s.toy.echo:echo_app", "Echo", scaled=False)] = Field(
+        default_factory=EchoConfig, description="The echo application."
+    )
 
 
 @serve.deployment(name="Echo")
