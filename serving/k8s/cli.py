@@ -81,7 +81,8 @@ def docs() -> None:
 
 @render.command("manifests")
 def manifests() -> None:
-    """Regenerate k8s/rendered/*.yaml from the chart (for kubectl users)."""
+    """Regenerate k8s/rendered/*.yaml and k8s/operator/operator.yaml from the chart (for kubectl
+    users)."""
     from serving.k8s.chart import RenderError, rendered_manifests
 
     try:

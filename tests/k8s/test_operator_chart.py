@@ -1,6 +1,7 @@
-"""The chart's operator toggle ships what k8s/operator/ and k8s/crds/ hold: the generated CRD, RBAC
-limited to llmservices, rayservices and events, and the `kopf run -m operators.llmservice`
-Deployment. Off by default. Rendered from a copy of the chart without values.schema.json, so the
+"""The chart's operator toggle ships the generated CRD (k8s/crds/), RBAC limited to llmservices,
+rayservices and events, and the `kopf run -m operators.llmservice` Deployment; off by default.
+k8s/operator/operator.yaml is rendered from the same template (test_generated checks it is
+current). Rendered from a copy of the chart without values.schema.json, so the
 templates are checked whether or not the values file declares `operator` yet."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from serving.k8s import CHART_DIR, REPO_ROOT
 from serving.k8s import chart as k8s_render
 from tests.k8s.schemas import document_errors
 
-PLAIN = REPO_ROOT / "k8s" / "operator"
 Doc = dict[str, Any]
 
 
@@ -38,12 +38,6 @@ def operator_docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Doc]:
     return {doc["kind"]: doc for doc in found}
 
 
-def plain(kind: str) -> Doc:
-    docs = [d for f in sorted(PLAIN.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
-    (doc,) = [d for d in docs if d["kind"] == kind]
-    return doc
-
-
 def test_operator_is_off_by_default() -> None:
     texts = k8s_render.render_templates({})
     assert not [n for n, t in texts.items() if "templates/operator" in n and yaml.safe_load(t)]
@@ -55,13 +49,12 @@ def test_chart_ships_the_generated_crd(operator_docs: dict[str, Doc]) -> None:
     assert shipped == crd.crd_manifest() == yaml.safe_load(crd.CRD_PATH.read_text())
 
 
-def test_chart_rbac_is_the_plain_manifests(operator_docs: dict[str, Doc]) -> None:
-    assert operator_docs["ClusterRole"]["rules"] == plain("ClusterRole")["rules"]
+def test_operator_rbac_is_limited_to_what_it_touches(operator_docs: dict[str, Doc]) -> None:
     binding = operator_docs["ClusterRoleBinding"]
     assert binding["subjects"][0]["name"] == operator_docs["ServiceAccount"]["metadata"]["name"]
     assert binding["roleRef"]["name"] == operator_docs["ClusterRole"]["metadata"]["name"]
-    resources = {r for rule in plain("ClusterRole")["rules"] for r in rule["resources"]}
-    assert resources == {
+    rules = operator_docs["ClusterRole"]["rules"]
+    assert {r for rule in rules for r in rule["resources"]} == {
         "llmservices",
         "llmservices/status",
         "llmservices/finalizers",
@@ -69,31 +62,31 @@ def test_chart_rbac_is_the_plain_manifests(operator_docs: dict[str, Doc]) -> Non
         "events",
     }
     # blockOwnerDeletion on the RayService's owner reference needs update on the finalizers.
-    finalizers = next(
-        r for r in plain("ClusterRole")["rules"] if "llmservices/finalizers" in r["resources"]
-    )
+    finalizers = next(r for r in rules if "llmservices/finalizers" in r["resources"])
     assert finalizers["verbs"] == ["update"]
 
 
 def test_chart_deployment_runs_the_operator_module(operator_docs: dict[str, Doc]) -> None:
-    ours, theirs = (
-        operator_docs["Deployment"]["spec"]["template"]["spec"],
-        plain("Deployment")["spec"]["template"]["spec"],
-    )
-    (container,), (expected,) = ours["containers"], theirs["containers"]
+    pod = operator_docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     assert container["command"][:4] == ["kopf", "run", "-m", "operators.llmservice"]
-    same = ("command", "env", "ports", "livenessProbe", "readinessProbe", "resources")
-    for key in (*same, "securityContext", "volumeMounts"):
-        assert container[key] == expected[key], key
-    assert ours["securityContext"] == theirs["securityContext"]
-    assert ours["volumes"] == theirs["volumes"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_kubectl_manifest_is_the_chart_in_its_own_namespace() -> None:
+    docs = [d for d in yaml.safe_load_all(k8s_render.OPERATOR_FILE.read_text()) if d]
+    kinds = {d["kind"]: d for d in docs}
+    assert docs[0]["kind"] == "Namespace" and len(kinds) == len(docs) == 5
+    namespace = docs[0]["metadata"]["name"]
+    for kind in ("ServiceAccount", "Deployment"):
+        assert kinds[kind]["metadata"]["namespace"] == namespace
+    assert kinds["ClusterRoleBinding"]["subjects"][0]["namespace"] == namespace
 
 
 def test_operator_manifests_validate(operator_docs: dict[str, Doc]) -> None:
     docs = list(operator_docs.values())
-    docs += [
-        d for f in sorted(PLAIN.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d
-    ]
+    docs += [d for d in yaml.safe_load_all(k8s_render.OPERATOR_FILE.read_text()) if d]
     assert [problem for doc in docs for problem in document_errors(doc)] == []
 
 
