@@ -1,17 +1,20 @@
 """The chart's tables of Python facts, generated: helm/llm-serving/templates/_generated.tpl holds
 the app registry (serving.apps), the routing policies (serving.config.ROUTER_CONFIGS), the fields
 kept out of an app's args and PlatformConfig's defaults of the deployment options, as JSON the
-chart's helpers read with `fromJson`. The chart never spells these out itself, so a new app or
-policy reaches it through `llm-serving render chart-tables`."""
+chart's helpers read with `fromJson`, and the Ray version the images install (pyproject's pin).
+The chart never spells these out itself, so a new app or policy reaches it through
+`llm-serving render chart-tables`."""
 
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 from typing import Any
 
 from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
-from serving.k8s import CHART_DIR
+from serving.k8s import CHART_DIR, REPO_ROOT
 from serving.k8s.serve_config import NOT_IN_ARGS
 from serving.replica_config import AutoscalingSettings, BackpressureSettings
 
@@ -69,6 +72,14 @@ def definition(name: str, value: Any) -> str:
     )
 
 
+def ray_pin() -> str:
+    """The Ray version pyproject.toml pins (`ray[serve]==X`): what the images install."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    pins = [re.fullmatch(r"ray(\[[\w,]+\])?==([\w.]+)", d) for d in project["dependencies"]]
+    (pin,) = [m for m in pins if m]  # the chart's rayVersion needs one exact Ray pin
+    return pin.group(2)
+
+
 def generated_template(platform: PlatformConfig | None = None) -> str:
     """The template's text; `platform` is a default PlatformConfig (of a subclass, for a test)."""
     platform = platform or PlatformConfig()
@@ -79,5 +90,6 @@ def generated_template(platform: PlatformConfig | None = None) -> str:
             definition("routerConfigs", ROUTER_CONFIGS),
             definition("notInArgs", list(NOT_IN_ARGS)),
             definition("servingDefaults", serving_defaults(platform)),
+            f'{{{{- define "llm-serving.rayVersion" -}}}}{ray_pin()}{{{{- end -}}}}\n',
         ]
     )

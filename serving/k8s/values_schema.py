@@ -191,7 +191,7 @@ def chart_values() -> dict[str, Schema]:
         "kuberay": closed({"checkOperator": BOOL}),
         "ray": closed(
             {
-                "version": string(pattern=r"^\d+\.\d+\.\d+$"),
+                "version": string(pattern=r"^(\d+\.\d+\.\d+)?$"),
                 "upgradeStrategy": {"enum": list(get_args(UpgradeStrategy))},
                 "gcsFaultTolerance": closed(
                     {

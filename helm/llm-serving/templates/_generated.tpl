@@ -121,3 +121,5 @@
   }
 }
 {{- end -}}
+
+{{- define "llm-serving.rayVersion" -}}2.60.0{{- end -}}
