@@ -11,19 +11,29 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from functools import reduce, wraps
+from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from serving.loadgen.server_stats import STATS_INTERVAL_S
+from serving.loadgen.cli_options import (
+    CONFIG,
+    DASHBOARD,
+    ENDPOINT,
+    LOAD,
+    ONE_TARGET,
+    OUTPUT,
+    ROUNDS,
+    STATS_INTERVAL,
+    STEP_CONCURRENCY,
+    TARGETS,
+)
 
 if TYPE_CHECKING:
     from serving.loadgen.report import Report
 
 EXIT_TARGET, EXIT_USAGE, EXIT_REQUIRE = 1, 2, 3
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,11 +67,6 @@ def bench_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def options(*decorators: Decorator) -> Decorator:
-    """Several click options as one decorator, in the order given."""
-    return lambda func: reduce(lambda f, d: d(f), reversed(decorators), func)
-
-
 def finish(scenario: str, output: str | None, run: Callable[[Path], Report]) -> None:
     """Run a scenario into its report folder, publish the report, exit 3 when a gate missed."""
     from serving.loadgen.report import output_dir, publish
@@ -69,141 +74,6 @@ def finish(scenario: str, output: str | None, run: Callable[[Path], Report]) -> 
     out = output_dir(output, scenario)
     if not publish(run(out), out):
         sys.exit(EXIT_REQUIRE)
-
-
-TARGETS = click.option(
-    "--target",
-    "target_items",
-    multiple=True,
-    metavar="NAME=URL[#MODEL]",
-    help="An OpenAI base URL to load, e.g. vllm=http://127.0.0.1:8000/v1 (repeatable; "
-    "the first is the subject of every ratio); #MODEL asks that target for MODEL (two "
-    "models of one endpoint side by side). Default: the local platform.",
-)
-ONE_TARGET = click.option(
-    "--target",
-    "target_items",
-    multiple=True,  # given twice is an error line, not the last one silently winning
-    metavar="NAME=URL",
-    help="The one OpenAI base URL to load, e.g. auto=http://127.0.0.1:8000/autoscale/v1. "
-    "Default: the local platform.",
-)
-CONFIG = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="Platform config YAML (model and engine arguments; peers copy them).",
-)
-OUTPUT = click.option(
-    "--output",
-    "output_dir",
-    type=click.Path(file_okay=False),
-    help="Report folder; default bench-results/SCENARIO-DATE.",
-)
-DASHBOARD = click.option(
-    "--dashboard",
-    metavar="URL",
-    help="The Ray dashboard whose REST API lists the target's replicas (default: the local "
-    "platform's).",
-)
-STATS_INTERVAL = click.option(
-    "--stats-interval",
-    type=click.FloatRange(min=0.005),
-    default=STATS_INTERVAL_S,
-    show_default=True,
-    help="Seconds between reads of the server's running/waiting counts (each read is "
-    "a request the target serves: keep it rare).",
-)
-STEP_CONCURRENCY = click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="Requests kept in flight.",
-)
-LOAD = options(
-    click.option("--model", help="Model name to request; default: the first target's first model."),
-    click.option(
-        "--endpoint",
-        type=click.Choice(["completions", "chat"]),
-        default="completions",
-        show_default=True,
-    ),
-    click.option(
-        "--request-timeout",
-        type=click.FloatRange(min=0, min_open=True),
-        default=300.0,
-        show_default=True,
-        help="Seconds one request may take, stream included.",
-    ),
-    click.option(
-        "--free-length",
-        is_flag=True,
-        help="Let the model stop at EOS (default: ignore_eos + min_tokens, equal work).",
-    ),
-    click.option(
-        "--requests",
-        "num_requests",
-        type=click.IntRange(min=1),
-        default=32,
-        show_default=True,
-        help="Requests per target and level (autoscale: the most the step sends; soak: the "
-        "prompts it cycles through).",
-    ),
-    click.option(
-        "--prompts",
-        default="synthetic",
-        show_default=True,
-        help="synthetic, seed (the seed's questions), multi-turn (conversations resending "
-        "their history, --turns each, turns in order; --input-len per question), "
-        "shared-prefix (one --prefix-len system prompt, then --input-len distinct), or a "
-        'JSONL file of {"prompt": ...}.',
-    ),
-    click.option(
-        "--turns",
-        type=click.IntRange(min=1),
-        default=5,
-        show_default=True,
-        help="multi-turn: turns per conversation (--requests in all).",
-    ),
-    click.option(
-        "--prefix-len",
-        type=click.IntRange(min=1),
-        default=512,
-        show_default=True,
-        help="shared-prefix: tokens of the shared system prompt.",
-    ),
-    click.option(
-        "--context-len",
-        type=click.IntRange(min=0),
-        default=0,
-        show_default=True,
-        help="multi-turn: tokens of each conversation's own opening system message (the "
-        "document it is about).",
-    ),
-    click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True),
-    click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True),
-    click.option(
-        "--range-ratio",
-        type=float,
-        default=0.0,
-        show_default=True,
-        help="Synthetic lengths are drawn from len*(1 +/- ratio).",
-    ),
-    click.option(
-        "--tokenizer",
-        "tokenizer_ref",
-        help="Model ref whose tokenizer sizes synthetic prompts exactly (default: ~1 word = 1 "
-        "token).",
-    ),
-    click.option(
-        "--model-mix",
-        metavar="NAME=WEIGHT,...",
-        help="Spread requests over models and adapters by weight (e.g. base=2,lora-a=1); "
-        "the report breaks figures down per model.",
-    ),
-    click.option("--seed", type=int, default=0, show_default=True),
-)
 
 
 @click.group()
@@ -245,14 +115,7 @@ def bench() -> None:
     show_default=False,
     help="Seconds per target and level after which no request starts (default: none).",
 )
-@click.option(
-    "--rounds",
-    type=click.IntRange(1, 100),
-    default=2,
-    show_default=True,
-    help="Interleaving rounds per level (A B A B); fewer if a round could not fill "
-    "the concurrency.",
-)
+@ROUNDS
 @click.option("--rate", default="1", show_default=True, help="Requests/s (comma list for poisson).")
 @click.option(
     "--burstiness",
@@ -385,12 +248,7 @@ def seed(output_dir: str | None, **given: Any) -> None:
     help="Target every throughput ratio is taken against.",
 )
 @click.option("--model", required=True, help="Model name to request.")
-@click.option(
-    "--endpoint",
-    type=click.Choice(["chat", "completions"]),
-    default="completions",
-    show_default=True,
-)
+@ENDPOINT
 @click.option(
     "--shape",
     "shapes",
@@ -407,13 +265,7 @@ def seed(output_dir: str | None, **given: Any) -> None:
     show_default=True,
     help="Requests per run.",
 )
-@click.option(
-    "--rounds",
-    type=click.IntRange(1, 100),
-    default=2,
-    show_default=True,
-    help="Interleaved rounds per cell.",
-)
+@ROUNDS
 @OUTPUT
 @bench_errors
 def vllm_client(output_dir: str | None, **given: Any) -> None:
