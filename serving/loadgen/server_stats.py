@@ -146,8 +146,10 @@ def thin(samples: list[Sample], points: int = TIMELINE_POINTS) -> list[Sample]:
 
 def summarize_samples(source: str | None, samples: list[Sample], errors: int = 0) -> dict[str, Any]:
     """What the server said during a run; `batching` is True when it ran >1 request at once,
-    None when it said nothing (no source, or every poll failed)."""
+    None when it said nothing (no source, every poll failed, or no poll caught a request running:
+    a level shorter than the poll interval says nothing about batching)."""
     running = [s.running for s in samples]
+    busy = bool(running) and max(running) > 0
     return {
         "source": source,
         "samples": len(samples),
@@ -155,6 +157,6 @@ def summarize_samples(source: str | None, samples: list[Sample], errors: int = 0
         "max_running": max(running, default=None),
         "mean_running": sum(running) / len(running) if running else None,
         "max_waiting": max((s.waiting for s in samples), default=None),
-        "batching": (max(running) > 1) if running else None,
+        "batching": (max(running) > 1) if busy else None,
         "timeline": [[round(s.t, 3), s.running, s.waiting] for s in thin(samples)],
     }

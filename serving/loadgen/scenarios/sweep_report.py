@@ -207,7 +207,8 @@ def markdown(document: dict[str, Any], checks: list[str]) -> str:
         "Targets (the first is the subject of every ratio):\n" + targets,
         markdown_table(table_rows(document), COLUMNS),
         "Latencies in ms. `batching` = the engine reported more than one running request at once "
-        "(polled from the server during the run; `unknown` when the server does not say).",
+        "(polled from the server during the run; `unknown` when the server does not say or no poll "
+        "caught a request running: lower --stats-interval for short levels).",
         *(
             ["## Per model\n" + markdown_table(model_rows(document), MODEL_COLUMNS)]
             if model_rows(document)

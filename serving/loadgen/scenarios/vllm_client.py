@@ -179,16 +179,16 @@ def run_vllm_client(args: VLLMClientArgs, out: Path) -> Report:
     from serving.config import load_config
     from serving.models import resolve_model
 
-    config = load_config(args.config_path).platform_of(args.model)
-    tokenizer = str(resolve_model(config.model.ref, config.model.cache_dir))
     shapes = [Shape.parse(text) for text in args.shapes]
     levels = parse_list(args.concurrency, int, "--concurrency")
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    out.mkdir(parents=True, exist_ok=True)  # the peer's log
     targets = parse_origins(args.target_items)
     names = [*targets, *([VLLM_PEER_NAME] if args.peer == "vllm" else [])]
     if args.baseline not in names:
         raise UsageError(f"--baseline {args.baseline}: not a target ({', '.join(names)})")
+    config = load_config(args.config_path).platform_of(args.model)
+    tokenizer = str(resolve_model(config.model.ref, config.model.cache_dir))
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    out.mkdir(parents=True, exist_ok=True)  # the peer's log
     with targets_with_peer(
         targets, args.peer == "vllm", args.config_path, args.model, out
     ) as every:
@@ -209,7 +209,8 @@ def run_vllm_client(args: VLLMClientArgs, out: Path) -> Report:
                         )
                         runs[name].append(run_client(cli))
                 results[f"{shape}@{level}"] = ratios(runs, args.baseline)
-                click.echo(table({f"{shape}@{level}": results[f"{shape}@{level}"]}, args.baseline))
+                cell = {f"{shape}@{level}": results[f"{shape}@{level}"]}
+                click.echo(table(cell, args.baseline), err=True)  # progress; the report at the end
     summary = table(results, args.baseline)
     return Report(
         "vllm-client", {"baseline": args.baseline, "cells": results}, summary + "\n", [summary]

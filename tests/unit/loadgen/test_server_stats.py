@@ -44,6 +44,9 @@ def test_summary_says_whether_batching_happened() -> None:
     assert alone["batching"] is False
     silent = server_stats.summarize_samples(None, [])
     assert silent["batching"] is None and silent["max_running"] is None
+    # Polls that only saw an idle engine missed the load: no verdict, not "no batching".
+    missed = server_stats.summarize_samples("health", [server_stats.Sample(0.0, 0, 0)] * 2)
+    assert missed["batching"] is None and missed["max_running"] == 0
 
 
 def test_timeline_is_thinned_but_shifted_exactly() -> None:
