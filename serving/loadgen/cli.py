@@ -8,7 +8,6 @@ commands stay quick."""
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -28,6 +27,7 @@ from serving.loadgen.cli_options import (
     STATS_INTERVAL,
     STEP_CONCURRENCY,
     TARGETS,
+    duration_option,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def finish(scenario: str, output: str | None, run: Callable[[Path], Report]) -> 
         sys.exit(EXIT_REQUIRE)
 
 
-@click.group()
+@click.group(context_settings={"show_default": True})
 def bench() -> None:
     """Benchmark OpenAI-compatible targets (vLLM `bench serve` metrics), one scenario each."""
 
@@ -98,30 +98,21 @@ def bench() -> None:
     "--arrivals",
     type=click.Choice(["closed", "poisson", "burst"]),
     default="closed",
-    show_default=True,
     help="closed: a closed loop at each --concurrency; poisson: gamma arrivals at each --rate; "
     "burst: --rate for half the requests, then the rest at once.",
 )
 @click.option(
     "--concurrency",
     default="1,2,4,8",
-    show_default=True,
     help="closed: the levels; poisson/burst: the most requests in flight (the largest).",
 )
-@click.option(
-    "--duration",
-    type=click.FloatRange(min=0, min_open=True),
-    default=math.inf,
-    show_default=False,
-    help="Seconds per target and level after which no request starts (default: none).",
-)
+@duration_option("Seconds per target and level after which no request starts (default: none).")
 @ROUNDS
-@click.option("--rate", default="1", show_default=True, help="Requests/s (comma list for poisson).")
+@click.option("--rate", default="1", help="Requests/s (comma list for poisson).")
 @click.option(
     "--burstiness",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
-    show_default=True,
     help="Gamma shape of inter-arrival times: 1 Poisson, <1 burstier, >1 more even.",
 )
 @click.option("--slo", help="Goodput SLOs in ms, e.g. ttft:500,tpot:50 (also e2el).")
@@ -147,12 +138,7 @@ def sweep(output_dir: str | None, **given: Any) -> None:
 @ONE_TARGET
 @LOAD
 @STEP_CONCURRENCY
-@click.option(
-    "--duration",
-    type=click.FloatRange(min=0, min_open=True),
-    default=math.inf,
-    help="Seconds the step may last at most (default: 600).",
-)
+@duration_option("Seconds the step may last at most (default: 600).")
 @DASHBOARD
 @STATS_INTERVAL
 @OUTPUT
@@ -169,18 +155,12 @@ def autoscale(output_dir: str | None, **given: Any) -> None:
 @ONE_TARGET
 @LOAD
 @STEP_CONCURRENCY
-@click.option(
-    "--duration",
-    type=click.FloatRange(min=0, min_open=True),
-    required=True,
-    help="Seconds of steady load.",
-)
+@duration_option("Seconds of steady load.", required=True)
 @DASHBOARD
 @click.option(
     "--max-growth-mb",
     type=click.FloatRange(min=0),
     default=200.0,
-    show_default=True,
     help="Most a replica's memory may grow from the end of warm-up to the end.",
 )
 @click.option(
@@ -201,18 +181,16 @@ def soak(output_dir: str | None, **given: Any) -> None:
 
 @bench.command()
 @CONFIG
-@click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--output-len", type=click.IntRange(min=1), default=64)
 @click.option(
     "--batch-sizes",
     default="4,32,64",
-    show_default=True,
     help="The batch sizes of the efficiency experiment.",
 )
 @click.option(
     "--repeats",
     type=click.IntRange(1, 20),
     default=3,
-    show_default=True,
     help="Timed runs per figure (the median is reported).",
 )
 @OUTPUT
@@ -244,7 +222,6 @@ def seed(output_dir: str | None, **given: Any) -> None:
 @click.option(
     "--baseline",
     default="vllm-serve",
-    show_default=True,
     help="Target every throughput ratio is taken against.",
 )
 @click.option("--model", required=True, help="Model name to request.")
@@ -254,15 +231,13 @@ def seed(output_dir: str | None, **given: Any) -> None:
     "shapes",
     multiple=True,
     default=("16x128", "128x64"),
-    show_default=True,
     help="INPUTxOUTPUT tokens per request (repeatable).",
 )
-@click.option("--concurrency", default="8,16", show_default=True)
+@click.option("--concurrency", default="8,16")
 @click.option(
     "--num-prompts",
     type=click.IntRange(min=1),
     default=32,
-    show_default=True,
     help="Requests per run.",
 )
 @ROUNDS

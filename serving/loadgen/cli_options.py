@@ -3,6 +3,7 @@ the stats interval are imported, so `llm-serving` starts quickly)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import reduce
 from typing import Any
@@ -58,7 +59,6 @@ STATS_INTERVAL = click.option(
     "--stats-interval",
     type=click.FloatRange(min=0.005),
     default=STATS_INTERVAL_S,
-    show_default=True,
     help="Seconds between reads of the server's running/waiting counts (each read is "
     "a request the target serves: keep it rare).",
 )
@@ -66,20 +66,17 @@ STEP_CONCURRENCY = click.option(
     "--concurrency",
     type=click.IntRange(min=1),
     default=8,
-    show_default=True,
     help="Requests kept in flight.",
 )
 ENDPOINT = click.option(
     "--endpoint",
     type=click.Choice(["completions", "chat"]),
     default="completions",
-    show_default=True,
 )
 ROUNDS = click.option(
     "--rounds",
     type=click.IntRange(1, 100),
     default=2,
-    show_default=True,
     help="Interleaving rounds per level (A B A B); fewer if a round could not fill the concurrency.",
 )
 LOAD = options(
@@ -89,7 +86,6 @@ LOAD = options(
         "--request-timeout",
         type=click.FloatRange(min=0, min_open=True),
         default=300.0,
-        show_default=True,
         help="Seconds one request may take, stream included.",
     ),
     click.option(
@@ -102,14 +98,12 @@ LOAD = options(
         "num_requests",
         type=click.IntRange(min=1),
         default=32,
-        show_default=True,
         help="Requests per target and level (autoscale: the most the step sends; soak: the "
         "prompts it cycles through).",
     ),
     click.option(
         "--prompts",
         default="synthetic",
-        show_default=True,
         help="synthetic, seed (the seed's questions), multi-turn (conversations resending "
         "their history, --turns each, turns in order; --input-len per question), "
         "shared-prefix (one --prefix-len system prompt, then --input-len distinct), or a "
@@ -119,31 +113,27 @@ LOAD = options(
         "--turns",
         type=click.IntRange(min=1),
         default=5,
-        show_default=True,
         help="multi-turn: turns per conversation (--requests in all).",
     ),
     click.option(
         "--prefix-len",
         type=click.IntRange(min=1),
         default=512,
-        show_default=True,
         help="shared-prefix: tokens of the shared system prompt.",
     ),
     click.option(
         "--context-len",
         type=click.IntRange(min=0),
         default=0,
-        show_default=True,
         help="multi-turn: tokens of each conversation's own opening system message (the "
         "document it is about).",
     ),
-    click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True),
-    click.option("--output-len", type=click.IntRange(min=1), default=64, show_default=True),
+    click.option("--input-len", type=click.IntRange(min=1), default=128),
+    click.option("--output-len", type=click.IntRange(min=1), default=64),
     click.option(
         "--range-ratio",
         type=float,
         default=0.0,
-        show_default=True,
         help="Synthetic lengths are drawn from len*(1 +/- ratio).",
     ),
     click.option(
@@ -158,5 +148,15 @@ LOAD = options(
         help="Spread requests over models and adapters by weight (e.g. base=2,lora-a=1); "
         "the report breaks figures down per model.",
     ),
-    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--seed", type=int, default=0),
 )
+
+
+def duration_option(help_text: str, required: bool = False) -> Decorator:
+    """--duration in seconds: required, or unbounded unless given."""
+    seconds = click.FloatRange(min=0, min_open=True)
+    if required:
+        return click.option("--duration", type=seconds, required=True, help=help_text)
+    return click.option(
+        "--duration", type=seconds, default=math.inf, show_default=False, help=help_text
+    )
