@@ -316,25 +316,33 @@ class PlatformConfig(StrictModel):
         return self
 
 
+# Environment of every Ray process whatever the config (the chart reads it from its generated
+# tables): metrics reach Prometheus every 2 s instead of Ray's 10 s, and a replica killed by
+# SIGKILL (OOM killer, crash), which cannot stop vLLM's engine-core child itself, has it killed by
+# the raylet (made subreaper), which frees its memory.
+RAY_STATIC_ENV = {
+    "RAY_metrics_report_interval_ms": "2000",
+    "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
+}
+
+
 def ray_env(config: PlatformConfig) -> dict[str, str]:
     """Environment of every Ray process (local head, chart pods): how fast queues are reported
     (the fastest autoscaled deployment's interval, each model's included).
     Serve will read its push intervals from these variables (Ray 2.60 still takes each
     deployment's `metrics_interval_s`, which `AutoscalingSettings.serve_options` sets too)."""
-    deployments = (config.vllm, config.hf, *config.models)
+    deployments = [getattr(config, app.name) for app in apps_of(config) if app.scaled]
+    deployments += config.models
     intervals = [d.autoscaling.metrics_interval_s for d in deployments if d.autoscaling]
     # Apps deployed later (or by hand) get the default: cheap, and the autoscaler reacts fast.
-    push_s = str(min(intervals, default=AutoscalingSettings().metrics_interval_s))
+    # `g` writes the float as Helm's toString does (1 -> "1"), so the chart computes the same.
+    push_s = format(min(intervals, default=AutoscalingSettings().metrics_interval_s), "g")
     ingress = {"RAY_SERVE_ENABLE_HA_PROXY": "1"} if config.http.ingress == "haproxy" else {}
     return {
         **ingress,
         "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
         "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
-        # Metrics reach Prometheus every 2 s instead of Ray's 10 s.
-        "RAY_metrics_report_interval_ms": "2000",
-        # A replica killed by SIGKILL (OOM killer, crash) cannot stop vLLM's engine-core child
-        # itself; the raylet, made subreaper, kills the orphan and frees its memory.
-        "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
+        **RAY_STATIC_ENV,
     }
 
 

@@ -13,7 +13,7 @@ import tomllib
 from typing import Any
 
 from serving import apps as registry
-from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
+from serving.config import RAY_STATIC_ENV, ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
 from serving.k8s import CHART_DIR, REPO_ROOT
 from serving.k8s.serve_config import NOT_IN_ARGS
 from serving.replica_config import AutoscalingSettings, BackpressureSettings
@@ -89,6 +89,7 @@ def generated_template(platform: PlatformConfig | None = None) -> str:
             definition("appNames", [app.name for app in registry.apps_of(platform)]),
             definition("routerConfigs", ROUTER_CONFIGS),
             definition("notInArgs", list(NOT_IN_ARGS)),
+            definition("rayStaticEnv", RAY_STATIC_ENV),
             definition("servingDefaults", serving_defaults(platform)),
             f'{{{{- define "llm-serving.rayVersion" -}}}}{ray_pin()}{{{{- end -}}}}\n',
         ]

@@ -89,6 +89,13 @@
 ]
 {{- end -}}
 
+{{- define "llm-serving.rayStaticEnv" -}}
+{
+  "RAY_metrics_report_interval_ms": "2000",
+  "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"
+}
+{{- end -}}
+
 {{- define "llm-serving.servingDefaults" -}}
 {
   "vllm": {

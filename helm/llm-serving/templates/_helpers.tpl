@@ -222,32 +222,31 @@ autoscaled app or model. */}}
 - name: RAY_SERVE_ENABLE_HA_PROXY
   value: "1"
 {{ end -}}
+{{- $platform := .Values.platform -}}
+{{- $default := (include "llm-serving.servingDefaults" . | fromJson).autoscaling.metrics_interval_s -}}
+{{- $deployments := list -}}
+{{- range $name, $row := include "llm-serving.appTable" . | fromJson -}}
+{{- if $row.scaled -}}{{- $deployments = append $deployments (dig $name dict $platform) -}}{{- end -}}
+{{- end -}}
 {{- $intervals := list -}}
-{{- $deployments := list (dig "vllm" dict .Values.platform) (dig "hf" dict .Values.platform) -}}
-{{- range $settings := concat $deployments (.Values.platform.models | default list) -}}
+{{- range $settings := concat $deployments ($platform.models | default list) -}}
 {{- $scaling := dig "autoscaling" nil $settings -}}
 {{- if $scaling -}}
-{{- $intervals = append $intervals (dig "metrics_interval_s" 1.0 $scaling | float64) -}}
+{{- $intervals = append $intervals (dig "metrics_interval_s" $default $scaling | float64) -}}
 {{- end -}}
 {{- end -}}
-{{- $push := 1.0 -}}
+{{- $push := $default | float64 -}}
 {{- range $i, $v := $intervals -}}
 {{- if or (eq $i 0) (lt $v $push) -}}{{- $push = $v -}}{{- end -}}
 {{- end -}}
 - name: RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S
-  value: {{ include "llm-serving.pyFloat" $push | quote }}
+  value: {{ $push | toString | quote }}
 - name: RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S
-  value: {{ include "llm-serving.pyFloat" $push | quote }}
-- name: RAY_metrics_report_interval_ms
-  value: "2000"
-- name: RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper
-  value: "true"
-{{- end -}}
-
-{{/* A float as Python's str() prints it (1 -> "1.0"), so the env equals ray_env()'s. */}}
-{{- define "llm-serving.pyFloat" -}}
-{{- $s := toString . -}}
-{{- if contains "." $s -}}{{ $s }}{{- else -}}{{ printf "%s.0" $s }}{{- end -}}
+  value: {{ $push | toString | quote }}
+{{- range $name, $value := include "llm-serving.rayStaticEnv" . | fromJson }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*
