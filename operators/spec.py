@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from serving.apps import apps_of
 from serving.config import PlatformConfig, format_validation_error
 from serving.k8s.serve_config import vllm_deployments
 from serving.k8s.values_schema import UpgradeStrategy
@@ -127,13 +128,12 @@ class PodSettings(CamelModel):
 def gpu_demand(config: PlatformConfig) -> int:
     """GPUs Serve may ask for at most: one per replica of every enabled app (each model of
     `models` counted on its own) on accelerator gpu."""
+    others = [getattr(config, app.name) for app in apps_of(config) if app.name != "vllm"]
     demand = 0
-    deployments = [*vllm_deployments(config), *([config.hf] if config.hf.enabled else [])]
-    for app in deployments:
-        if app.resources.accelerator == "gpu":
-            demand += app.autoscaling.max_replicas if app.autoscaling else app.num_replicas
-    if config.analysis.enabled and config.analysis.resources.accelerator == "gpu":
-        demand += 1
+    for section in [*vllm_deployments(config), *(s for s in others if s.enabled)]:
+        if section.resources.accelerator == "gpu":
+            scaling = getattr(section, "autoscaling", None)  # an app Serve does not scale has one
+            demand += scaling.max_replicas if scaling else getattr(section, "num_replicas", 1)
     return demand
 
 

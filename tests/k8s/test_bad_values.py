@@ -112,6 +112,17 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["accelerator=gpu need 4 GPU(s), but workers.gpu.enabled=false"],
     ),
     (
+        "every app on the GPU counts, each at its most replicas",
+        {
+            "workers": {"gpu": {"enabled": False}, "cpu": {"enabled": True}},
+            "platform": {
+                "hf": {"resources": {"accelerator": "gpu"}, "num_replicas": 2},
+                "analysis": {"resources": {"accelerator": "gpu"}},
+            },
+        },
+        ["accelerator=gpu need 7 GPU(s), but workers.gpu.enabled=false"],
+    ),
+    (
         "no worker group",
         {
             "workers": {"gpu": {"enabled": False}, "cpu": {"enabled": False}},

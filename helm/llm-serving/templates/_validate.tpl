@@ -136,7 +136,7 @@ each model of platform.models counted on its own (operators.spec.gpu_demand). */
 {{- define "llm-serving.gpuDemand" -}}
 {{- $demand := 0 -}}
 {{- $apps := include "llm-serving.vllmDeployments" . | fromYamlArray -}}
-{{- range $name := list "hf" "analysis" -}}
+{{- range $name := without (include "llm-serving.appNames" . | fromJsonArray) "vllm" -}}
 {{- $app := get $.Values.platform $name | default dict -}}
 {{- if dig "enabled" true $app -}}{{- $apps = append $apps $app -}}{{- end -}}
 {{- end -}}

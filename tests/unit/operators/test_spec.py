@@ -26,6 +26,17 @@ def spec(**changes: Any) -> dict[str, Any]:
         ({"workers": {"min": 3, "max": 2}}, "workers.min (3) must not exceed workers.max (2)"),
         ({"gpusPerReplica": 0}, "need 4 GPU(s) but gpusPerReplica is 0"),
         (
+            {
+                "gpusPerReplica": 0,
+                "platform": {
+                    **EXAMPLE["spec"]["platform"],
+                    "hf": {"resources": {"accelerator": "gpu"}, "num_replicas": 2},
+                    "analysis": {"resources": {"accelerator": "gpu"}},
+                },
+            },
+            "need 7 GPU(s) but gpusPerReplica is 0",  # as the chart counts (test_bad_values)
+        ),
+        (
             {"workers": {"min": 1, "max": 2}},
             "Serve may run 4 GPU replica(s) but workers.max x gpusPerReplica = 2",
         ),
