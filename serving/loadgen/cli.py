@@ -148,7 +148,7 @@ def autoscale(output_dir: str | None, **given: Any) -> None:
     (scale-up and scale-down times, timeline.png)."""
     from serving.loadgen.scenarios.autoscale import AutoscaleArgs, run_step
 
-    finish("autoscale", output_dir, lambda out: run_step(AutoscaleArgs(**given), out))
+    finish("autoscale", output_dir, lambda _out: run_step(AutoscaleArgs(**given)))
 
 
 @bench.command()
@@ -176,7 +176,7 @@ def soak(output_dir: str | None, **given: Any) -> None:
     (memory.png; exit 3 on growth or a failed request)."""
     from serving.loadgen.scenarios.soak import SoakArgs, run_soak
 
-    finish("soak", output_dir, lambda out: run_soak(SoakArgs(**given), out))
+    finish("soak", output_dir, lambda _out: run_soak(SoakArgs(**given)))
 
 
 @bench.command()
@@ -200,7 +200,7 @@ def seed(output_dir: str | None, **given: Any) -> None:
     batching, static batching waste (--output-len new tokens; seed.png)."""
     from serving.loadgen.scenarios.seed import SeedArgs, run_seed
 
-    finish("seed", output_dir, lambda out: run_seed(SeedArgs(**given), out))
+    finish("seed", output_dir, lambda _out: run_seed(SeedArgs(**given)))
 
 
 @bench.command("vllm-client")

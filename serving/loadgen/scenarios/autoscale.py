@@ -369,8 +369,8 @@ def build_plan(args: AutoscaleArgs) -> AutoscalePlan:
     )
 
 
-def run_step(args: AutoscaleArgs, out: Path) -> Report:
-    """The whole scenario (`out` is where the CLI writes the report)."""
+def run_step(args: AutoscaleArgs) -> Report:
+    """The whole scenario."""
     import click
 
     from serving.loadgen.scenarios import autoscale_report

@@ -19,7 +19,6 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, cast
 
 from serving.config import PlatformConfig
@@ -280,8 +279,8 @@ class SeedArgs:
     repeats: int
 
 
-def run_seed(args: SeedArgs, out: Path) -> Report:
-    """The suite on --config's model (`out` is where the CLI writes the report)."""
+def run_seed(args: SeedArgs) -> Report:
+    """The suite on --config's model."""
     import click
 
     from serving.config import load_config

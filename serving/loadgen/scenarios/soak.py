@@ -293,9 +293,9 @@ def check_replicas_visible(plan: SoakPlan) -> None:
         )
 
 
-def run_soak(args: SoakArgs, out: Path) -> Report:
-    """The whole scenario (`out` is where the CLI writes the report); the report passes when every
-    replica's growth held the bound and no request failed."""
+def run_soak(args: SoakArgs) -> Report:
+    """The whole scenario; the report passes when every replica's growth held the bound and no
+    request failed."""
     plan = build_plan(args)
     check_replicas_visible(plan)
     click.echo(
