@@ -17,8 +17,9 @@ class AuthConfig(StrictModel):
     api_keys: list[str] = Field(
         default_factory=list,
         repr=False,
-        description="Accepted API keys (clients send `Authorization: Bearer KEY`). Keys written "
-        "here end up in the RayService spec: on Kubernetes prefer api_keys_env from a Secret.",
+        description="Accepted API keys (clients send `Authorization: Bearer KEY`). Local runs "
+        "only: the chart and the LLMService refuse keys here (they would travel in the serve "
+        "config); on Kubernetes api_keys_env is filled from a Secret.",
     )
     api_keys_env: str | None = Field(
         API_KEYS_ENV,
@@ -46,12 +47,25 @@ class RequestLimits(StrictModel):
     max_tokens: int | None = Field(
         None,
         gt=0,
-        description="Most tokens one choice may ask for (`max_tokens`/`max_completion_tokens`; "
-        "more: 400); also caps the default when the request sets none.",
+        description="Most tokens one choice may ask for (`max_tokens`, `max_completion_tokens`, "
+        "`max_output_tokens`; more: 400, beam search included); also caps the default when the "
+        "request sets none.",
+    )
+    max_n: int = Field(
+        16,
+        gt=0,
+        description="Most choices one request may ask for (`n`, vLLM's `best_of`; a beam search's "
+        "width); more: 400. vLLM's own cap (VLLM_MAX_N_SEQUENCES) is set to it.",
+    )
+    max_prompts_per_request: int = Field(
+        64,
+        gt=0,
+        description="Most prompts in one request (a `prompt` list of /v1/completions, an `input` "
+        "list of /v1/embeddings); more: 400. Each prompt runs `n` sequences in the engine.",
     )
     request_timeout_s: float | None = Field(
         600.0,
         gt=0,
-        description="Longest a completion may run; then it is aborted: 408, or an error event "
-        "when streaming. Unset = no limit.",
+        description="Longest a completion may run; then it is aborted in the engine: 408, or an "
+        "error event when streaming. Unset = no limit.",
     )

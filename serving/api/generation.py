@@ -167,6 +167,7 @@ def plan_jobs(
     sampling_defaults: dict[str, float] | None = None,
 ) -> list[Job]:
     lim.check_max_tokens(token_limit, limits, "max_tokens")
+    lim.check_n(request.n, limits)
     default_max_tokens = lim.default_max_tokens(default_max_tokens, limits)
     jobs = []
     for p, ids in enumerate(prompts):
@@ -182,6 +183,7 @@ def plan_jobs(
 def completion_jobs(
     engine: Engine, request_id: str, request: CompletionRequest, limits: RequestLimits | None = None
 ) -> list[Job]:
+    lim.check_prompt_count(len(request.prompts()), limits)
     prompts = [tokenize_prompt(engine, prompt) for prompt in request.prompts()]
     return plan_jobs(
         request_id,

@@ -1,6 +1,6 @@
-"""Per-request limits from `PlatformConfig.limits`: body size (413), prompt tokens and max_tokens
-(400), run time (408, or an error event once a stream has started). Each message names the config
-field, so an operator knows what to raise."""
+"""Per-request limits from `PlatformConfig.limits`: body size (413), prompt tokens, max_tokens,
+choices and prompts per request (400), run time (408, or an error event once a stream has
+started). Each message names the config field, so an operator knows what to raise."""
 
 from __future__ import annotations
 
@@ -37,6 +37,27 @@ def check_max_tokens(requested: int | None, limits: RequestLimits | None, param:
             f"{param}={requested} is over the limit limits.max_tokens={limit}",
             param=param,
             code="max_tokens_too_large",
+        )
+
+
+def check_n(requested: int | None, limits: RequestLimits | None, param: str = "n") -> None:
+    """Choices (or beams) one request asks for; the default limit when the app was given none."""
+    limit = (limits or RequestLimits()).max_n
+    if requested is not None and requested > limit:
+        raise APIError(
+            f"{param}={requested} is over the limit limits.max_n={limit}",
+            param=param,
+            code="n_too_large",
+        )
+
+
+def check_prompt_count(count: int, limits: RequestLimits | None, param: str = "prompt") -> None:
+    limit = (limits or RequestLimits()).max_prompts_per_request
+    if count > limit:
+        raise APIError(
+            f"{param} has {count} prompts; the limit is limits.max_prompts_per_request={limit}",
+            param=param,
+            code="too_many_prompts",
         )
 
 

@@ -75,7 +75,7 @@ class SamplingRequest(UnicodeRequest):
     repetition_penalty: float | None = Field(
         None, ge=0.01, le=10.0, description="Extension (vLLM): > 1 discourages repeats."
     )
-    n: int = Field(1, ge=1, le=16)
+    n: int = Field(1, ge=1, description="Choices per prompt (at most `limits.max_n`).")
     stop: Stop = None
     # int64, as OpenAI documents it: torch and vLLM seed generators overflow beyond it.
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
@@ -115,8 +115,9 @@ class SamplingRequest(UnicodeRequest):
         return None
 
 
-PromptBatch = Annotated[list[str], Field(min_length=1, max_length=64)]
-TokenBatch = Annotated[list[list[int]], Field(min_length=1, max_length=64)]
+# At most `limits.max_prompts_per_request` prompts (checked with the config's limits).
+PromptBatch = Annotated[list[str], Field(min_length=1)]
+TokenBatch = Annotated[list[list[int]], Field(min_length=1)]
 
 
 class CompletionRequest(SamplingRequest):

@@ -223,6 +223,29 @@ def test_stream_over_the_timeout_ends_with_an_error_event() -> None:
     assert engine.aborted == engine.started and engine.running == 0
 
 
+def test_n_over_max_n_is_400_naming_the_limit(engine: FakeEngine) -> None:
+    client = limited(engine)  # the default cap: 16
+    error = assert_openai_error(
+        client.post("/v1/completions", json={**COMPLETION, "n": 17}), 400, "n_too_large"
+    )
+    assert "limits.max_n=16" in error["message"] and error["param"] == "n"
+    assert engine.started == []
+    raised = limited(engine, max_n=20)  # one source: the route takes the configured cap
+    assert len(raised.post("/v1/completions", json={**COMPLETION, "n": 20}).json()["choices"]) == 20
+
+
+def test_prompts_over_max_prompts_per_request_is_400(engine: FakeEngine) -> None:
+    client = limited(engine, max_prompts_per_request=3)
+    batch = {**COMPLETION, "prompt": ["alpha"] * 4}
+    error = assert_openai_error(client.post("/v1/completions", json=batch), 400, "too_many_prompts")
+    assert "limits.max_prompts_per_request=3" in error["message"] and error["param"] == "prompt"
+    tokens = {**COMPLETION, "prompt": [[1, 2]] * 4}
+    assert_openai_error(client.post("/v1/completions", json=tokens), 400, "too_many_prompts")
+    assert engine.started == []
+    three = client.post("/v1/completions", json={**COMPLETION, "prompt": ["alpha"] * 3})
+    assert len(three.json()["choices"]) == 3
+
+
 def test_requests_within_limits_are_untouched(engine: FakeEngine) -> None:
     client = limited(
         engine, max_body_bytes=10_000, max_prompt_tokens=8, max_tokens=8, request_timeout_s=30
