@@ -9,7 +9,8 @@ maxReplicas, resources -> the group's resources, pods.{nodeSelector,tolerations,
 priorityClassName} -> that group's fields, pods.imagePullSecrets -> imagePullSecrets,
 pods.hfTokenSecret -> model.hfToken.existingSecret/key, pods.modelCacheClaim ->
 model.cache.persistentVolumeClaim.existingClaim, apiKeySecret -> apiKeys.existingSecret/key,
-upgradeStrategy -> ray.upgradeStrategy, platform -> platform (as written). Everything else is the
+upgradeStrategy -> ray.upgradeStrategy, rayAuth -> ray.auth.mode, platform -> platform (as
+written). Everything else is the
 chart's default; whatever the chart would create beside the RayService is switched off."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ NOTHING_ELSE: Doc = {
     "kuberay": {"checkOperator": False},
     "services": {"dashboard": {"enabled": False}, "metrics": {"enabled": False}},
     "ingress": {"enabled": False},
+    "networkPolicy": {"enabled": False},
     "monitoring": {
         "serviceMonitor": {"enabled": False},
         "podMonitor": {"enabled": False},
@@ -147,7 +149,7 @@ def chart_values(name: str, spec: LLMServiceSpec, defaults: Doc) -> Doc:
         "image": image_values(spec.image),
         "imagePullSecrets": [secret.model_dump() for secret in spec.pods.image_pull_secrets],
         "serviceAccount": {"create": False, "name": ""},  # pods run as the namespace's default
-        "ray": {"upgradeStrategy": spec.upgrade_strategy},
+        "ray": {"upgradeStrategy": spec.upgrade_strategy, "auth": {"mode": spec.ray_auth}},
         "platform": exactly(defaults["platform"], written),
         "workers": workers_values(spec, defaults["workers"]),
         **secret_values(spec),

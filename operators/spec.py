@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from serving.apps import apps_of
 from serving.config import PlatformConfig, format_validation_error
-from serving.k8s.serve_config import vllm_deployments
-from serving.k8s.values_schema import UpgradeStrategy
+from serving.k8s.serve_config import inline_key_settings, vllm_deployments
+from serving.k8s.values_schema import RayAuthMode, UpgradeStrategy
 
 GROUP = "serving.llm-serving.io"
 VERSION = "v1alpha1"
@@ -167,6 +167,13 @@ class LLMServiceSpec(CamelModel):
         description="Secret with the API keys every app accepts (comma-separated); Ray "
         "containers get them in platform.auth.api_keys_env. Unset: no keys from a Secret.",
     )
+    ray_auth: RayAuthMode = Field(
+        "token",
+        alias="rayAuth",
+        description="Ray's token authentication (KubeRay's authOptions.mode, KubeRay >= 1.6): "
+        "with token, the Ray dashboard (job submission), client and GCS want the token KubeRay "
+        "keeps in a Secret named after the RayCluster (key auth_token); disabled: no token.",
+    )
     pods: PodSettings = Field(
         default_factory=PodSettings,
         description="Registry, token, model cache and placement of the Ray pods.",
@@ -178,6 +185,18 @@ class LLMServiceSpec(CamelModel):
         "(image, resources, pods, worker bounds) is applied. NewCluster: a second RayCluster "
         "takes over once its apps serve (zero downtime, twice the resources meanwhile).",
     )
+
+    @model_validator(mode="after")
+    def _check_no_inline_keys(self) -> LLMServiceSpec:
+        """API keys only from apiKeySecret: the chart refuses keys in the platform too."""
+        if settings := inline_key_settings(self.platform):
+            where = ", ".join(f"platform.{s}" for s in settings)
+            raise ValueError(
+                f"{where}: API keys written in the spec would travel in the RayService's serve "
+                "config, readable on the Ray dashboard; put them in a Secret named by apiKeySecret "
+                "and remove them from the platform"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_gpu_capacity(self) -> LLMServiceSpec:

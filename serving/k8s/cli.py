@@ -12,7 +12,7 @@ import yaml
 
 from serving.config import ConfigError, load_config
 from serving.k8s import CHART_DIR, REPO_ROOT
-from serving.k8s.serve_config import serve_config_v2
+from serving.k8s.serve_config import InlineKeysError, serve_config_v2
 from serving.k8s.values_schema import values_schema
 
 SCHEMA_FILE = CHART_DIR / "values.schema.json"
@@ -40,7 +40,7 @@ def serve_config(config_path: str | None) -> None:
     """Print the RayService serveConfigV2 (Ray Serve's ServeDeploySchema) for a platform config."""
     try:
         document = serve_config_v2(load_config(config_path))
-    except ConfigError as err:
+    except (ConfigError, InlineKeysError) as err:
         fail(str(err))
     click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
 

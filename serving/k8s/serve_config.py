@@ -156,8 +156,27 @@ def serve_config(config: PlatformConfig, host: str) -> dict[str, Any]:
     return document
 
 
+class InlineKeysError(ValueError):
+    """API keys written in the platform config, which a cluster refuses."""
+
+
+def inline_key_settings(config: PlatformConfig) -> list[str]:
+    """The settings holding API keys written in the config. A cluster refuses them (the chart's
+    validation says the same): they would travel in the serve config's `args`, which anyone
+    reaching the Ray dashboard reads (`GET /api/serve/applications/`)."""
+    sections = {"auth": config.auth, "analysis.auth": config.analysis.auth}
+    return [f"{path}.api_keys" for path, auth in sections.items() if auth and auth.api_keys]
+
+
 def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
-    """serveConfigV2 of the RayService: the proxy listens beyond loopback in a pod."""
+    """serveConfigV2 of the RayService: the proxy listens beyond loopback in a pod, and no API
+    key is in it (InlineKeysError names a setting that holds one)."""
+    if settings := inline_key_settings(config):
+        raise InlineKeysError(
+            f"{', '.join(settings)}: API keys written in the config would travel in the "
+            "RayService's serve config, readable on the Ray dashboard; put them in a Secret "
+            "(the chart's apiKeys.existingSecret, the LLMService's apiKeySecret) instead"
+        )
     return serve_config(config, SERVE_HOST)
 
 

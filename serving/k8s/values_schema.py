@@ -15,6 +15,9 @@ SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # KubeRay's RayService spec.upgradeStrategy.type: the chart's ray.upgradeStrategy and the
 # LLMService's upgradeStrategy accept these.
 UpgradeStrategy = Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]
+# KubeRay's authOptions.mode (Ray's token authentication): the chart's ray.auth.mode and the
+# LLMService's rayAuth accept these.
+RayAuthMode = Literal["token", "disabled"]
 
 # A mapping key at any indentation; list items ("- key: ...") are not keys of the parent map.
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.\-/]+):(?P<rest>.*)$")
@@ -193,6 +196,9 @@ def chart_values() -> dict[str, Schema]:
             {
                 "version": string(pattern=r"^(\d+\.\d+\.\d+)?$"),
                 "upgradeStrategy": {"enum": list(get_args(UpgradeStrategy))},
+                "auth": closed(
+                    {"mode": {"enum": list(get_args(RayAuthMode))}, "secretName": string()}
+                ),
                 "gcsFaultTolerance": closed(
                     {
                         "enabled": BOOL,
@@ -217,6 +223,15 @@ def chart_values() -> dict[str, Schema]:
         "model": model_values(),
         "apiKeys": closed(
             {"existingSecret": string(), "key": string(minLength=1), "value": string()}
+        ),
+        "networkPolicy": closed(
+            {
+                "enabled": BOOL,
+                "servingFrom": K8S_LIST,
+                "metricsFrom": K8S_LIST,
+                "kuberayFrom": K8S_LIST,
+                "extraIngress": K8S_LIST,
+            }
         ),
         "probes": closed({"startup": probe(), "liveness": probe(), "readiness": probe()}),
         "podSecurityContext": K8S_OBJECT,

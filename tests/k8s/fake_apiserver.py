@@ -36,7 +36,7 @@ def resource_list(group_version: str, kinds: dict[str, str]) -> dict[str, Any]:
 GROUPS = {
     "apps/v1": {"daemonsets": "DaemonSet"},
     "policy/v1": {"poddisruptionbudgets": "PodDisruptionBudget"},
-    "networking.k8s.io/v1": {"ingresses": "Ingress"},
+    "networking.k8s.io/v1": {"ingresses": "Ingress", "networkpolicies": "NetworkPolicy"},
     "monitoring.coreos.com/v1": {"servicemonitors": "ServiceMonitor", "podmonitors": "PodMonitor"},
 }
 CORE = {

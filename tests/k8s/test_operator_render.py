@@ -272,3 +272,12 @@ def test_the_chart_may_live_outside_the_repository(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(done.stdout.splitlines()[-1])["rayVersion"] == "9.9.9"
+
+
+def test_ray_token_auth_by_default_and_rayauth_switches_it() -> None:
+    default = render_rayservice("qwen", "ns", spec())
+    assert cluster(default)["authOptions"] == {"mode": "token"}
+    disabled = render_rayservice("qwen", "ns", spec(rayAuth="disabled"))
+    assert cluster(disabled)["authOptions"] == {"mode": "disabled"}
+    if crds_available():
+        assert crd_errors(default) == [] and crd_errors(disabled) == []

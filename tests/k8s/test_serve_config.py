@@ -16,6 +16,7 @@ from serving.cli import main
 from serving.config import PlatformConfig, parse_config
 from serving.k8s.serve_config import (
     NOT_IN_ARGS,
+    InlineKeysError,
     serve_config_v2,
     validate_serve_config,
 )
@@ -216,3 +217,24 @@ def vllm_code_version(values: dict[str, Any]) -> str:
 )
 def test_serve_restarts_vllm_only_for_its_own_settings(platform: dict, restarts: bool) -> None:
     assert (vllm_code_version({"platform": platform}) != vllm_code_version({})) is restarts
+
+
+@pytest.mark.parametrize(
+    ("platform", "setting"),
+    [
+        ({"auth": {"api_keys": ["sk-a"]}}, "auth.api_keys"),
+        ({"analysis": {"auth": {"api_keys": ["sk-a"]}}}, "analysis.auth.api_keys"),
+    ],
+)
+def test_no_key_goes_into_the_clusters_serve_config(platform: dict[str, Any], setting: str) -> None:
+    """Keys written in the config would be readable on the dashboard: the cluster refuses them."""
+    with pytest.raises(InlineKeysError, match=f"^{setting}: API keys written in the config"):
+        serve_config_v2(PlatformConfig.model_validate(platform))
+
+
+def test_render_serve_config_refuses_inline_keys(tmp_path: Path) -> None:
+    config = tmp_path / "platform.yaml"
+    config.write_text(yaml.safe_dump({"auth": {"api_keys": ["sk-secret-1"]}}))
+    result = CliRunner().invoke(main, ["render", "serve-config", "--config", str(config)])
+    assert result.exit_code != 0
+    assert "auth.api_keys" in result.output and "sk-secret-1" not in result.output

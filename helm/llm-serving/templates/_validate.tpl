@@ -14,6 +14,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- end -}}
 {{- $messages = append $messages (include "llm-serving.validate.gpuCapacity" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.inlineKeys" .) -}}
 {{- if and .Values.ray.gcsFaultTolerance.enabled (not .Values.ray.gcsFaultTolerance.redisAddress) -}}
 {{- $messages = append $messages "ray.gcsFaultTolerance: enabled without a redisAddress. Set ray.gcsFaultTolerance.redisAddress (e.g. redis://redis:6379)." -}}
 {{- end -}}
@@ -181,4 +182,20 @@ grant on CRDs that namespace-scoped installers lack, and Helm fails the render o
 kuberay: this cluster has no KubeRay CRDs (ray.io/v1 RayService). Install the KubeRay operator first (chart kuberay-operator), or set kuberay.checkOperator=false if its CRDs are applied in the same pipeline.
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+API keys only from a Secret: keys written in the platform would travel in the serve config,
+readable on the Ray dashboard (serving.k8s.serve_config.inline_key_settings, for the operator).
+*/}}
+{{- define "llm-serving.validate.inlineKeys" -}}
+{{- $problems := list -}}
+{{- $refused := "API keys in values would travel in the RayService's serve config, readable on the Ray dashboard; the chart refuses them." -}}
+{{- if dig "auth" "api_keys" nil .Values.platform -}}
+{{- $problems = append $problems (printf "platform.auth.api_keys: %s Put them in a Secret, apiKeys.existingSecret (and apiKeys.key) or apiKeys.value (which creates one), and remove platform.auth.api_keys." $refused) -}}
+{{- end -}}
+{{- if dig "analysis" "auth" "api_keys" nil .Values.platform -}}
+{{- $problems = append $problems (printf "platform.analysis.auth.api_keys: %s Give the analysis app the variable platform.analysis.auth.api_keys_env from a Secret through extraEnv (or share the platform's keys: apiKeys.existingSecret), and remove platform.analysis.auth.api_keys." $refused) -}}
+{{- end -}}
+{{- join "\n- " $problems -}}
 {{- end -}}

@@ -46,9 +46,31 @@ def spec(**changes: Any) -> dict[str, Any]:
         ),
         ({"platform": {"modle": {}}}, "platform.modle: Extra inputs are not permitted"),
         ({"image": None}, "image: Input should be a valid string"),
+        (
+            {"platform": {**EXAMPLE["spec"]["platform"], "auth": {"api_keys": ["sk-a"]}}},
+            "platform.auth.api_keys: API keys written in the spec would travel in the "
+            "RayService's serve config",
+        ),
+        (
+            {
+                "platform": {
+                    **EXAMPLE["spec"]["platform"],
+                    "analysis": {"auth": {"api_keys": ["k"]}},
+                }
+            },
+            "platform.analysis.auth.api_keys:",
+        ),
+        ({"rayAuth": "off"}, "rayAuth: Input should be 'token' or 'disabled'"),
     ],
 )
 def test_invalid_specs_name_the_field(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError) as err:
         parse_spec(spec(**changes))
     assert message in str(err.value)
+
+
+def test_inline_keys_are_refused_and_the_message_points_to_the_secret() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec(platform={"auth": {"api_keys": ["sk-secret-1"]}}))
+    assert "apiKeySecret" in str(err.value)
+    assert "sk-secret-1" not in str(err.value)
