@@ -1,5 +1,5 @@
 """What the platform adds around vLLM's own OpenAI app, without forking it: API keys, the body
-limit, the request deadline, prompt and max_tokens limits, status metrics and a `/health` that
+limit, the request deadline, the request limits (vllm_limits), status metrics and a `/health` that
 shows the engine's queue. vLLM's app keeps every route and its own errors; these wrap it."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from serving.api.errors import APIError, error_body, error_response
 from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import BodySizeLimit, body_too_large, read_body, replay, timeout_error
 from serving.api.observe import StatusCounter
+from serving.api.vllm_limits import CancelEngineWork, body_limit_error, note_engine_task
 from serving.metrics import PlatformMetrics
 
 
@@ -34,10 +35,10 @@ def prompt_token_count(prompt: Any) -> int | None:
 
 
 def check_engine_request(prompt: Any, sampling_params: Any, limits: RequestLimits) -> None:
-    """The platform's prompt and max_tokens limits, raised as vLLM's validation error (its app
-    answers 400 in the OpenAI shape). A request that sets no max_tokens gets the capped default
-    from the engine's generation config (`limits_generation_config`), so only an explicit value
-    can be over the cap."""
+    """The platform's prompt, n and max_tokens limits on what reaches the engine, raised as
+    vLLM's validation error (its app answers 400 in the OpenAI shape). vLLM has already clamped
+    max_tokens to the capped default (see vllm_limits), so the request body is checked first;
+    this holds for any route whose body the platform does not read."""
     from vllm.exceptions import VLLMValidationError
 
     prompt_len = prompt_token_count(prompt)
@@ -52,6 +53,11 @@ def check_engine_request(prompt: Any, sampling_params: Any, limits: RequestLimit
             parameter="prompt",
             value=prompt_len,
         )
+    n = getattr(sampling_params, "n", None)
+    if isinstance(n, int) and n > limits.max_n:  # routes whose body fields the platform misses
+        raise VLLMValidationError(
+            f"n={n} is over the limit limits.max_n={limits.max_n}", parameter="n", value=n
+        )
     requested = getattr(sampling_params, "max_tokens", None)
     if limits.max_tokens is not None and requested is not None and requested > limits.max_tokens:
         raise VLLMValidationError(
@@ -62,21 +68,24 @@ def check_engine_request(prompt: Any, sampling_params: Any, limits: RequestLimit
 
 
 def guard_generate(llm: Any, limits: RequestLimits) -> None:
-    """Check every request the app sends `llm` (completions, chat, responses alike) first."""
+    """Check every request the app sends `llm` (completions, chat, responses alike) first, and
+    note the task that starts it, to cancel with its HTTP request (vllm_limits)."""
     generate: Callable[..., AsyncIterator[Any]] = llm.generate
 
     def guarded(
         prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any
     ) -> AsyncIterator[Any]:
         check_engine_request(prompt, sampling_params, limits)
+        note_engine_task()
         return generate(prompt, sampling_params, request_id, *args, **kwargs)
 
     llm.generate = guarded  # this engine only, ahead of vLLM's serving classes that call it
 
 
 class RequestDeadline:
-    """ASGI middleware: a request still running after `seconds` is cancelled (vLLM aborts it in
-    the engine) and answered 408, or, once its response has started, ended with an error event."""
+    """ASGI middleware: a request still running after `seconds` is cancelled (its engine
+    requests are aborted: CancelEngineWork) and answered 408, or, once its response has
+    started, ended with an error event."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -150,13 +159,9 @@ class OpenAIErrorBodies:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def empty_assistant_message(body: bytes) -> APIError | None:
+def empty_assistant_message(payload: Any) -> APIError | None:
     """A Responses API `input` item from the assistant with an empty `content` list: vLLM's app
     reads its first part unchecked and answers 500 (IndexError); this is the 400 it should be."""
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return None  # vLLM's app answers a body that is not JSON itself
     items = payload.get("input") if isinstance(payload, dict) else None
     for index, item in enumerate(items if isinstance(items, list) else []):
         if isinstance(item, dict) and item.get("role") == "assistant" and item.get("content") == []:
@@ -167,32 +172,45 @@ def empty_assistant_message(body: bytes) -> APIError | None:
     return None
 
 
-class ResponsesInputCheck:
-    """ASGI middleware: the request checks vLLM's `/v1/responses` lacks, before its body reaches
-    vLLM's app (the body is already within the size limit, so it is read and replayed)."""
+def json_payload(body: bytes) -> Any:
+    """The parsed body; None when it is not JSON (vLLM's app answers that itself)."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class RequestBodyCheck:
+    """ASGI middleware: the checks of a POST body before it reaches vLLM's app, the platform's
+    request limits (vllm_limits) and what `/v1/responses` lacks. The body is already within the
+    size limit, so it is read and replayed."""
+
+    def __init__(self, app: ASGIApp, limits: RequestLimits) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or not scope["path"].endswith("/v1/responses")
-        ):
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        messages = await read_body(receive, self.max_bytes)
+        max_bytes = self.limits.max_body_bytes
+        messages = await read_body(receive, max_bytes)
         if messages is None:  # a declared length that understated the body
-            await error_response(body_too_large(self.max_bytes))(scope, receive, send)
+            await error_response(body_too_large(max_bytes))(scope, receive, send)
             return
         body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-        problem = empty_assistant_message(body)
+        problem = self.problem(scope["path"], json_payload(body))
         if problem is not None:
             await error_response(problem)(scope, receive, send)
             return
         await self.app(scope, replay(messages, receive), send)
+
+    def problem(self, path: str, payload: Any) -> APIError | None:
+        if path.endswith("/v1/responses"):
+            problem = empty_assistant_message(payload)
+            if problem is not None:
+                return problem
+        return body_limit_error(path, payload, self.limits)
 
 
 def replace_health(app: FastAPI, health: Callable[[], Any]) -> None:
@@ -225,7 +243,8 @@ def wrap_vllm_app(
     keys: KeyRing | None,
 ) -> WrappedApp:
     """vLLM's app with the platform's guards: outermost the status count, then the API key,
-    the body limit, the deadline; the prompt and max_tokens limits sit on the engine."""
+    the body limit, the deadline, the request limits on the body; innermost the abort of a
+    cancelled request's engine work. The prompt limit (and the rest again) sits on the engine."""
     guard_generate(engine.llm, limits)
 
     async def health() -> JSONResponse:
@@ -236,7 +255,7 @@ def wrap_vllm_app(
         return JSONResponse(health_body(engine, metrics))
 
     replace_health(app, health)
-    outer: ASGIApp = ResponsesInputCheck(OpenAIErrorBodies(app), limits.max_body_bytes)
+    outer: ASGIApp = RequestBodyCheck(CancelEngineWork(OpenAIErrorBodies(app)), limits)
     if limits.request_timeout_s is not None:
         outer = RequestDeadline(outer, limits.request_timeout_s)
     outer = BodySizeLimit(outer, limits.max_body_bytes)

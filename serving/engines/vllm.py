@@ -28,6 +28,8 @@ from serving.metrics import PlatformMetrics
 def vllm_env(config: PlatformConfig) -> dict[str, str]:
     """Environment the engine needs before `vllm` is imported (set in the replica)."""
     env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    # vLLM's own cap on `n` and a beam search's width (16384 by default) is the platform's.
+    env["VLLM_MAX_N_SEQUENCES"] = str(config.limits.max_n)
     if config.vllm.resources.accelerator == "cpu":
         # vLLM CPU swaps the "uni" executor for "mp" (a third process that imports torch and vLLM
         # again) unless this is 0. The model then runs inside the engine core's process (a child

@@ -35,6 +35,12 @@ def test_max_tokens_over_the_limit_is_refused() -> None:
     check_engine_request({"prompt_token_ids": [1]}, SimpleNamespace(max_tokens=16), limits)
 
 
+def test_n_over_the_limit_is_refused_on_the_engine_too() -> None:
+    with pytest.raises(VLLMValidationError, match="n=17 is over the limit limits.max_n=16"):
+        check_engine_request({"prompt_token_ids": [1]}, SimpleNamespace(n=17), RequestLimits())
+    check_engine_request({"prompt_token_ids": [1]}, SimpleNamespace(n=16), RequestLimits())
+
+
 def test_guarded_generate_checks_before_the_engine_sees_the_request() -> None:
     seen = []
     llm = SimpleNamespace(generate=lambda prompt, params, request_id, **kw: seen.append(request_id))
@@ -120,7 +126,7 @@ async def test_fastapis_bare_detail_error_gets_the_openai_shape_and_other_answer
 
 
 async def test_an_empty_assistant_message_in_responses_input_is_a_400_before_vllm() -> None:
-    from serving.api.vllm_wrap import ResponsesInputCheck
+    from serving.api.vllm_wrap import RequestBodyCheck
 
     app, seen = FastAPI(), []
 
@@ -137,7 +143,7 @@ async def test_an_empty_assistant_message_in_responses_input_is_a_400_before_vll
         "content": [],
     }
     good = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
-    transport = httpx.ASGITransport(app=ResponsesInputCheck(app, max_bytes=10_000))
+    transport = httpx.ASGITransport(app=RequestBodyCheck(app, RequestLimits(max_body_bytes=10_000)))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         bad = await client.post(
             "/v1/responses",

@@ -70,3 +70,12 @@ def test_cpu_cores_follow_the_container_quota(tmp_path, monkeypatch, files, expe
         (tmp_path / name).write_text(text)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
     assert cpu_cores(str(tmp_path)) == expected
+
+
+def test_vllms_own_n_cap_is_limits_max_n() -> None:
+    environ: dict[str, str] = {}
+    apply_engine_env(PlatformConfig.model_validate({"limits": {"max_n": 4}}), environ)
+    assert environ["VLLM_MAX_N_SEQUENCES"] == "4"
+    environ = {}
+    apply_engine_env(PlatformConfig(), environ)
+    assert environ["VLLM_MAX_N_SEQUENCES"] == "16"  # the default, not vLLM's 16384
