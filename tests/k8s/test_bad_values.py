@@ -43,6 +43,12 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     ("unknown chart key", {"worker": {}}, ["'worker' not allowed"]),
     (
+        "Ray token auth on a Ray without it",
+        {"ray": {"version": "2.51.0"}},
+        ["ray.auth.mode: token needs Ray >= 2.52.0", "ray.version is 2.51.0"],
+    ),
+    ("unknown Ray auth mode", {"ray": {"auth": {"mode": "on"}}}, ["/ray/auth/mode"]),
+    (
         "models beside the single-model vllm defaults",
         {"platform": {"models": [{"name": "a"}]}},
         [
