@@ -1,15 +1,17 @@
-"""The operator's Kubernetes calls for RayServices (kubernetes client, CustomObjectsApi).
+"""The operator's Kubernetes calls for the objects it owns, RayServices and NetworkPolicies
+(kubernetes client, CustomObjectsApi: its generic paths serve built-in kinds too).
 
 Updates are JSON merge patches computed against the live object, so a field removed from the
 LLMService is removed from the RayService too (a plain merge patch would leave it behind)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import kubernetes
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayservices"
+NETPOL_GROUP, NETPOL_VERSION, NETPOL_PLURAL = "networking.k8s.io", "v1", "networkpolicies"
 Applied = Literal["created", "patched", "unchanged"]
 _MISSING = object()
 
@@ -64,8 +66,13 @@ def update_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, 
     return patch
 
 
-class RayServices:
-    """Get, create-or-patch and delete RayServices; `api` is injectable for tests."""
+class OwnedObjects:
+    """Get, create-or-patch and delete one kind of owned object; `api` is injectable for tests."""
+
+    group: ClassVar[str]
+    version: ClassVar[str]
+    plural: ClassVar[str]
+    kind: ClassVar[str]
 
     def __init__(self, api: kubernetes.client.CustomObjectsApi | None = None) -> None:
         self._api = api
@@ -76,39 +83,33 @@ class RayServices:
             self._api = kubernetes.client.CustomObjectsApi()
         return self._api
 
+    @property
+    def path(self) -> tuple[str, str]:
+        return self.group, self.version
+
     def get(self, name: str, namespace: str) -> dict[str, Any] | None:
-        """The RayService, None when absent; KubeRayMissing when no cluster could have one (the
-        API answers 404 for a missing object and for a missing resource type alike)."""
+        """The object, None when absent."""
         try:
-            return self.api.get_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
-            )
+            return self.api.get_namespaced_custom_object(*self.path, namespace, self.plural, name)
         except kubernetes.client.ApiException as err:
             if err.status == 404:
-                if not self.kuberay_installed():
-                    raise KubeRayMissing() from None
+                self.check_kind_served()
                 return None
             raise
 
-    def kuberay_installed(self) -> bool:
-        try:
-            found = self.api.get_api_resources(RAY_GROUP, RAY_VERSION)
-        except kubernetes.client.ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return any(resource.name == RAY_PLURAL for resource in found.resources or [])
+    def check_kind_served(self) -> None:
+        """Raise when the cluster cannot hold the kind at all (404 says either)."""
 
     def apply(
         self, desired: dict[str, Any], owner_uid: str | None
     ) -> tuple[Applied, dict[str, Any]]:
-        """Create the RayService, or patch it to `desired` when this owner controls it."""
+        """Create the object, or patch it to `desired` when this owner controls it."""
         name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
         current = self.get(name, namespace)
         if current is None:
             try:
                 created = self.api.create_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, desired
+                    *self.path, namespace, self.plural, desired
                 )
                 return "created", created
             except kubernetes.client.ApiException as err:
@@ -121,27 +122,50 @@ class RayServices:
                     raise
         if owner_uid is not None and owner_uid not in owner_uids(current):
             raise OwnershipError(
-                f"RayService {namespace}/{name} already exists and is not owned by this "
-                "LLMService; rename one of them or delete the RayService"
+                f"{self.kind} {namespace}/{name} already exists and is not owned by this "
+                f"LLMService; rename one of them or delete the {self.kind}"
             )
         patch = update_patch(current, desired)
         if not patch:
             return "unchanged", current
         patched = self.api.patch_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch
+            *self.path, namespace, self.plural, name, patch
         )
         return "patched", patched
 
     def delete(self, name: str, namespace: str, owner_uid: str) -> bool:
-        """Delete the RayService if this owner controls it; False when there was nothing to do."""
+        """Delete the object if this owner controls it; False when there was nothing to do."""
         current = self.get(name, namespace)
         if current is None or owner_uid not in owner_uids(current):
             return False
         try:
-            self.api.delete_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
-            )
+            self.api.delete_namespaced_custom_object(*self.path, namespace, self.plural, name)
         except kubernetes.client.ApiException as err:
             if err.status != 404:
                 raise
         return True
+
+
+class RayServices(OwnedObjects):
+    """RayServices: a 404 also asks whether KubeRay's CRDs exist at all."""
+
+    group, version, plural, kind = RAY_GROUP, RAY_VERSION, RAY_PLURAL, "RayService"
+
+    def check_kind_served(self) -> None:
+        if not self.kuberay_installed():
+            raise KubeRayMissing()
+
+    def kuberay_installed(self) -> bool:
+        try:
+            found = self.api.get_api_resources(RAY_GROUP, RAY_VERSION)
+        except kubernetes.client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return any(resource.name == RAY_PLURAL for resource in found.resources or [])
+
+
+class NetworkPolicies(OwnedObjects):
+    """The NetworkPolicy over an LLMService's Ray pods."""
+
+    group, version, plural, kind = NETPOL_GROUP, NETPOL_VERSION, NETPOL_PLURAL, "NetworkPolicy"

@@ -41,6 +41,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # One API client per operator run (kept in kopf's memo, not in a global), built lazily after
     # kopf's login has configured the kubernetes client.
     memo.ray_services = kube.RayServices()
+    memo.network_policies = kube.NetworkPolicies()
     # Rendering loads Helm's library and the chart (LLM_SERVING_CHART_DIR in the image): fail
     # fast here if the image cannot render at all, rather than on the first LLMService.
     render.render_rayservice("warm-up", "default", {"image": "warm-up"})
@@ -53,15 +54,26 @@ REJECTION_REASONS = {
 }
 
 
-def _apply(
-    name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, ray_services: kube.RayServices
+def apply_network_policy(
+    name: str, namespace: str, desired: dict[str, Any] | None, uid: str, memo: kopf.Memo
 ) -> None:
+    """Create or patch the NetworkPolicy over the Ray pods; remove it when the spec turned it
+    off."""
+    if desired is None:
+        memo.network_policies.delete(render.network_policy_name(name), namespace, owner_uid=uid)
+    else:
+        memo.network_policies.apply(desired, owner_uid=uid)
+
+
+def _apply(name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo) -> None:
     meta, old = body.get("metadata", {}), body.get("status", {}).get("conditions", [])
     generation = meta.get("generation")
     try:
         spec = parse_spec(dict(body.get("spec") or {}))
-        desired = render.render_rayservice(name, namespace, spec, owner=dict(body))
-        action, current = ray_services.apply(desired, owner_uid=meta.get("uid"))
+        desired, policy = render.render_owned(name, namespace, spec, owner=dict(body))
+        # The policy first: Ray pods never run unguarded.
+        apply_network_policy(name, namespace, policy, meta.get("uid"), memo)
+        action, current = memo.ray_services.apply(desired, owner_uid=meta.get("uid"))
     except (SpecError, kube.OwnershipError, kube.KubeRayMissing) as err:
         reason = REJECTION_REASONS[type(err)]
         patch.status.update(status.rejected_status(reason, str(err), generation, old, now()))
@@ -98,7 +110,7 @@ def identity(body: kopf.Body) -> tuple[str, str]:
 
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Render the RayService and create or patch it."""
-    _apply(*identity(body), body, patch, memo.ray_services)
+    _apply(*identity(body), body, patch, memo)
 
 
 def delete(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
@@ -132,7 +144,7 @@ def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> Non
             patch.status.update(changes)
         return
     if rayservice is None:
-        _apply(name, namespace, body, patch, memo.ray_services)
+        _apply(name, namespace, body, patch, memo)
         return
     if body["metadata"]["uid"] not in kube.owner_uids(rayservice):
         return  # another object's RayService: the RayServiceConflict condition stays

@@ -9,9 +9,10 @@ maxReplicas, resources -> the group's resources, pods.{nodeSelector,tolerations,
 priorityClassName} -> that group's fields, pods.imagePullSecrets -> imagePullSecrets,
 pods.hfTokenSecret -> model.hfToken.existingSecret/key, pods.modelCacheClaim ->
 model.cache.persistentVolumeClaim.existingClaim, apiKeySecret -> apiKeys.existingSecret/key,
-upgradeStrategy -> ray.upgradeStrategy, rayAuth -> ray.auth.mode, platform -> platform (as
-written). Everything else is the
-chart's default; whatever the chart would create beside the RayService is switched off."""
+upgradeStrategy -> ray.upgradeStrategy, rayAuth -> ray.auth.mode, networkPolicy ->
+networkPolicy.enabled (the operator's pods added to metricsFrom), platform -> platform (as
+written). Everything else is the chart's default; whatever the chart would create beside the
+RayService and its NetworkPolicy is switched off."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ MANAGED_BY = "llm-serving-operator"
 INSTANCE_LABEL = f"{GROUP}/llmservice"
 Doc = dict[str, Any]
 
-# Chart objects beside the RayService: the operator owns none of them, so none is rendered. The
-# operator checks for KubeRay itself (kube.KubeRayMissing) and scrapes KubeRay's head Service.
+# Chart objects beside the RayService and its NetworkPolicy: the operator owns none of them, so
+# none is rendered. The operator checks for KubeRay itself (kube.KubeRayMissing) and scrapes
+# KubeRay's head Service.
 NOTHING_ELSE: Doc = {
     "kuberay": {"checkOperator": False},
     "services": {"dashboard": {"enabled": False}, "metrics": {"enabled": False}},
     "ingress": {"enabled": False},
-    "networkPolicy": {"enabled": False},
     "monitoring": {
         "serviceMonitor": {"enabled": False},
         "podMonitor": {"enabled": False},
@@ -44,6 +45,12 @@ NOTHING_ELSE: Doc = {
     "operator": {"enabled": False},
     "helmTest": {"enabled": False},
 }
+
+
+# The operator's pods (the chart's templates/operator.yaml): it scrapes each head's metrics port,
+# so the NetworkPolicy of an LLMService lets it in beside the chart's metricsFrom.
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "llm-serving-operator"}
+OPERATOR_PEER: Doc = {"namespaceSelector": {}, "podSelector": {"matchLabels": OPERATOR_POD_LABELS}}
 
 
 def api_service_name(name: str) -> str:
@@ -140,6 +147,13 @@ def secret_values(spec: LLMServiceSpec) -> Doc:
     return {"model": {"hfToken": hf_token, "cache": cache}, "apiKeys": api_keys}
 
 
+def network_policy_values(spec: LLMServiceSpec, defaults: Doc) -> Doc:
+    """The chart's NetworkPolicy over the Ray pods, the operator's own pods let in to scrape."""
+    if not spec.network_policy:
+        return {"enabled": False}
+    return {"enabled": True, "metricsFrom": [*defaults["metricsFrom"], OPERATOR_PEER]}
+
+
 def chart_values(name: str, spec: LLMServiceSpec, defaults: Doc) -> Doc:
     """The chart values that render the LLMService's RayService; `defaults` are the chart's. The
     platform goes as written (the apps read their part as `args`), none of the chart's added."""
@@ -152,6 +166,7 @@ def chart_values(name: str, spec: LLMServiceSpec, defaults: Doc) -> Doc:
         "ray": {"upgradeStrategy": spec.upgrade_strategy, "auth": {"mode": spec.ray_auth}},
         "platform": exactly(defaults["platform"], written),
         "workers": workers_values(spec, defaults["workers"]),
+        "networkPolicy": network_policy_values(spec, defaults["networkPolicy"]),
         **secret_values(spec),
         **NOTHING_ELSE,
     }
@@ -163,26 +178,37 @@ def chart_defaults() -> Doc:
     return chart.merged_values()
 
 
-def with_operator_metadata(rayservice: Doc, name: str, namespace: str, owner: Doc | None) -> Doc:
-    """The chart's RayService as the operator's: its labels and owner. The names are set too: the
-    chart cuts its fullname at 40 characters, KubeRay takes 47 (spec.MAX_NAME_LENGTH), and the
-    operator finds the RayService and its API Service by the LLMService's name."""
-    meta = rayservice["metadata"]
-    meta |= {"name": name, "namespace": namespace}
+def owned(doc: Doc, name: str, namespace: str, owner: Doc | None) -> Doc:
+    """A chart object as the operator's: its namespace, labels and owner."""
+    meta = doc["metadata"]
+    meta["namespace"] = namespace
     meta["labels"] = meta.get("labels", {}) | operator_labels(name)
     if owner is not None:
         meta["ownerReferences"] = [owner_reference(owner)]
+    return doc
+
+
+def with_operator_metadata(rayservice: Doc, name: str, namespace: str, owner: Doc | None) -> Doc:
+    """The chart's RayService as the operator's. The names are set too: the chart cuts its
+    fullname at 40 characters, KubeRay takes 47 (spec.MAX_NAME_LENGTH), and the operator finds
+    the RayService and its API Service by the LLMService's name."""
+    rayservice["metadata"]["name"] = name
     service = rayservice["spec"]["serveService"]["metadata"]
     service["name"] = api_service_name(name)
     service["labels"] = service.get("labels", {}) | operator_labels(name)
-    return rayservice
+    return owned(rayservice, name, namespace, owner)
 
 
-def render_rayservice(
+def network_policy_name(name: str) -> str:
+    return f"{name}-ray"
+
+
+def render_owned(
     name: str, namespace: str, spec: LLMServiceSpec | Doc, owner: Doc | None = None
-) -> Doc:
-    """The RayService an LLMService owns; raises SpecError on an invalid spec, or with Helm's
-    message when the chart refuses the values (its schema, its validation)."""
+) -> tuple[Doc, Doc | None]:
+    """The RayService an LLMService owns and its NetworkPolicy (None with networkPolicy off);
+    raises SpecError on an invalid spec, or with Helm's message when the chart refuses the
+    values (its schema, its validation)."""
     typed = spec if isinstance(spec, LLMServiceSpec) else parse_spec(spec)
     values = chart_values(name, typed, chart_defaults())
     try:
@@ -190,4 +216,15 @@ def render_rayservice(
     except chart.RenderError as err:
         raise SpecError(f"the chart refused the spec: {str(err).strip()}") from None
     (rayservice,) = [doc for doc in docs if doc["kind"] == "RayService"]
-    return with_operator_metadata(rayservice, name, namespace, owner)
+    policies = [doc for doc in docs if doc["kind"] == "NetworkPolicy"]
+    for policy in policies:
+        policy["metadata"]["name"] = network_policy_name(name)
+        owned(policy, name, namespace, owner)
+    return with_operator_metadata(rayservice, name, namespace, owner), next(iter(policies), None)
+
+
+def render_rayservice(
+    name: str, namespace: str, spec: LLMServiceSpec | Doc, owner: Doc | None = None
+) -> Doc:
+    """The RayService an LLMService owns (render_owned's first part)."""
+    return render_owned(name, namespace, spec, owner)[0]

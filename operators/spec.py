@@ -174,6 +174,13 @@ class LLMServiceSpec(CamelModel):
         "with token, the Ray dashboard (job submission), client and GCS want the token KubeRay "
         "keeps in a Secret named after the RayCluster (key auth_token); disabled: no token.",
     )
+    network_policy: bool = Field(
+        True,
+        alias="networkPolicy",
+        description="A NetworkPolicy over the Ray pods (the chart's networkPolicy): Serve's HTTP "
+        "port from anywhere, metrics from the monitoring namespace and this operator, the "
+        "dashboard from KubeRay's operator, Ray's own ports only from the service's Ray pods.",
+    )
     pods: PodSettings = Field(
         default_factory=PodSettings,
         description="Registry, token, model cache and placement of the Ray pods.",

@@ -59,6 +59,7 @@ def test_operator_rbac_is_limited_to_what_it_touches(operator_docs: dict[str, Do
         "llmservices/status",
         "llmservices/finalizers",
         "rayservices",
+        "networkpolicies",
         "events",
     }
     # blockOwnerDeletion on the RayService's owner reference needs update on the finalizers.

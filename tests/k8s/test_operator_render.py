@@ -24,7 +24,7 @@ from serving.k8s import CHART_DIR, CHART_DIR_ENV
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import serve_config_v2
 from tests.k8s.conftest import repo_path
-from tests.k8s.schemas import crd_errors, crds_available
+from tests.k8s.schemas import K8S_VERSIONS, crd_errors, crds_available, k8s_errors
 
 EXAMPLE = yaml.safe_load(repo_path("k8s", "examples", "llmservice.yaml").read_text())["spec"]
 OWNER = {
@@ -197,13 +197,13 @@ def test_the_platform_is_served_as_written(platform: Doc) -> None:
     assert yaml.safe_load(doc["spec"]["serveConfigV2"]) == serve_config_v2(typed.platform)
 
 
-def test_the_chart_renders_nothing_but_the_rayservice() -> None:
+def test_the_chart_renders_nothing_but_the_rayservice_and_its_policy() -> None:
     """Whatever else the chart can create (Services, monitors, Secrets, PVC, test pod) the
-    operator does not own: its values turn all of it off."""
+    operator does not own: its values turn all of it off, but for the NetworkPolicy."""
     for typed in (parse_spec(spec()), parse_spec(settled_spec()), parse_spec(cpu_spec())):
         values = render.chart_values("qwen", typed, k8s_render.merged_values())
         docs = k8s_render.render_documents(values, release="qwen", namespace="ns")
-        assert [doc["kind"] for doc in docs] == ["RayService"]
+        assert sorted(doc["kind"] for doc in docs) == ["NetworkPolicy", "RayService"]
 
 
 def test_rayservice_carries_the_operators_labels() -> None:
@@ -281,3 +281,40 @@ def test_ray_token_auth_by_default_and_rayauth_switches_it() -> None:
     assert cluster(disabled)["authOptions"] == {"mode": "disabled"}
     if crds_available():
         assert crd_errors(default) == [] and crd_errors(disabled) == []
+
+
+def test_network_policy_guards_the_ray_pods_and_lets_the_operator_scrape() -> None:
+    rayservice, policy = render.render_owned("qwen", "team-a", spec(), owner=OWNER)
+    assert policy is not None
+    meta = policy["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("qwen-ray", "team-a")
+    assert meta["ownerReferences"] == rayservice["metadata"]["ownerReferences"]
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "llm-serving-operator"
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    templates = [cluster(rayservice)["headGroupSpec"]["template"]]
+    templates += [g["template"] for g in cluster(rayservice)["workerGroupSpecs"]]
+    for template in templates:
+        labels = template["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in selector.items())
+    (metrics,) = [
+        r
+        for r in policy["spec"]["ingress"]
+        if {"port": 8080, "protocol": "TCP"} in r.get("ports", [])
+    ]
+    assert render.OPERATOR_PEER in metrics["from"]
+    assert k8s_render.merged_values()["networkPolicy"]["metricsFrom"][0] in metrics["from"]
+    assert [p for v in K8S_VERSIONS for p in k8s_errors(policy, v)] == []
+    assert render.render_owned("qwen", "ns", spec(networkPolicy=False))[1] is None
+
+
+def test_operator_pods_carry_the_label_policies_let_in() -> None:
+    docs = k8s_render.render_documents({"operator": {"enabled": True}})
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert render.OPERATOR_POD_LABELS.items() <= labels.items()
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "create", "patch", "delete"],
+    } in role["rules"]

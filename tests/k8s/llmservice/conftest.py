@@ -20,6 +20,7 @@ from operators.spec import GROUP, KIND, PLURAL, VERSION
 
 LLMSERVICES = f"{GROUP}/{VERSION}/{PLURAL}"
 RAYSERVICES = "ray.io/v1/rayservices"
+NETWORKPOLICIES = "networking.k8s.io/v1/networkpolicies"
 EVENTS = "v1/events"
 NAMESPACE = "default"
 VERBS = {"get", "list", "watch", "create", "patch", "delete"}
@@ -36,6 +37,7 @@ def declare_resources(k8s: Any) -> None:
     k8s.resources[RAYSERVICES] = info(
         kind="RayService", namespaced=True, verbs=VERBS, subresources={"status"}
     )
+    k8s.resources[NETWORKPOLICIES] = info(kind="NetworkPolicy", namespaced=True, verbs=VERBS)
     k8s.resources[EVENTS] = info(kind="Event", namespaced=True, verbs={"create"})
     k8s.resources["v1/namespaces"] = info(
         kind="Namespace", namespaced=False, verbs={"list", "watch"}

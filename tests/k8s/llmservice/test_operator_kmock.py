@@ -14,6 +14,7 @@ import yaml
 from tests.k8s.llmservice.conftest import (
     LLMSERVICES,
     NAMESPACE,
+    NETWORKPOLICIES,
     RAYSERVICES,
     SYNC_INTERVAL_S,
     eventually,
@@ -108,6 +109,24 @@ async def test_spec_change_patches_the_rayservice(k8s: Any, operator: Any) -> No
 
     await eventually(patched, what="the patched RayService")
     assert len(k8s.objects[RAYSERVICES, NAMESPACE, name].history) >= 2  # patched, not recreated
+
+
+async def test_network_policy_is_owned_and_follows_the_spec(k8s: Any, operator: Any) -> None:
+    body = example()
+    name = body["metadata"]["name"]
+    await create(k8s, body)
+
+    policy = await eventually(lambda: obj(k8s, NETWORKPOLICIES, f"{name}-ray"), what="the policy")
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == body["metadata"]["uid"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    rayservice = await eventually(lambda: obj(k8s, RAYSERVICES, name), what="the RayService")
+    head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]
+    assert selector.items() <= head["labels"].items()
+
+    await patch(k8s, name, {"metadata": {"generation": 2}, "spec": {"networkPolicy": False}})
+    await eventually(
+        lambda: obj(k8s, NETWORKPOLICIES, f"{name}-ray") is None, what="the policy removed"
+    )
 
 
 async def test_delete_removes_the_rayservice(k8s: Any, operator: Any) -> None:
