@@ -148,3 +148,10 @@ def test_helm_test_sends_the_key_from_the_secret() -> None:
 def test_notes_tell_where_the_ray_token_is() -> None:
     assert "jsonpath='{.data.auth_token}'" in k8s_render.notes({})
     assert "auth_token" not in k8s_render.notes({"ray": {"auth": {"mode": "disabled"}}})
+
+
+def test_notes_curl_sends_the_key_when_keys_are_on() -> None:
+    notes = k8s_render.notes({"apiKeys": {"existingSecret": "team-keys"}})
+    assert "get secret team-keys -o jsonpath='{.data.api-keys}'" in notes
+    assert '-H "Authorization: Bearer $KEY"' in notes
+    assert "Authorization" not in k8s_render.notes({})
