@@ -9,6 +9,7 @@ can check that a request reached its adapter."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -77,3 +78,25 @@ def resolve_adapter_path(path: str, model_dir: Path, cache_dir: str | None = Non
         return str(ensure_demo_adapter(model_dir, path.removeprefix(DEMO_PREFIX), cache_dir))
     local = Path(path).expanduser()
     return str(local.resolve()) if local.exists() else path
+
+
+class AdapterPathRefused(ValueError):
+    """A runtime adapter's path outside the model's adapter_roots and adapter_hub_ids."""
+
+
+def allowed_adapter_path(path: str, roots: list[str], hub_ids: list[str]) -> str:
+    """What vLLM may load for a runtime adapter's `lora_path`: a configured Hugging Face id (when
+    no such local path exists: vLLM would load a local one first), or a local path whose real
+    path (links resolved, as vLLM will open it) lies under one of the real `roots`."""
+    if path in hub_ids and not os.path.lexists(path):
+        return path
+    real = os.path.realpath(os.path.expanduser(path))
+    for root in roots:
+        base = os.path.realpath(os.path.expanduser(root))
+        if os.path.commonpath([base, real]) == base:
+            return real
+    raise AdapterPathRefused(
+        f"lora_path {path!r} is not under the model's adapter_roots "
+        f"({', '.join(roots) or 'none'}) nor one of its adapter_hub_ids "
+        f"({', '.join(hub_ids) or 'none'})"
+    )

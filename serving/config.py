@@ -106,9 +106,28 @@ class VLLMReplicaSettings(ReplicaScaling):
     runtime_adapters: bool = Field(
         False,
         description="Allow adding LoRA adapters while it runs (POST /v1/load_lora_adapter and "
-        "/v1/unload_lora_adapter, vLLM's routes; VLLM_ALLOW_RUNTIME_LORA_UPDATING): any path the "
-        "replicas can read becomes servable, so keep API keys on.",
+        "/v1/unload_lora_adapter with vLLM's bodies, on the `models` endpoint only), from "
+        "adapter_roots or adapter_hub_ids; needs API keys (auth.api_keys or auth.api_keys_env).",
     )
+    adapter_roots: list[str] = Field(
+        default_factory=list,
+        description="Directories on the replicas that runtime adapters may load from: a "
+        "`lora_path` must lie under one once links are resolved.",
+    )
+    adapter_hub_ids: list[str] = Field(
+        default_factory=list,
+        description="Hugging Face ids that runtime adapters may load (exact `lora_path` values).",
+    )
+
+    @model_validator(mode="after")
+    def _check_runtime_adapters(self) -> VLLMReplicaSettings:
+        if self.runtime_adapters and not (self.adapter_roots or self.adapter_hub_ids):
+            raise ValueError(
+                "runtime_adapters needs adapter_roots or adapter_hub_ids (where adapters may "
+                "be loaded from; any path was accepted before)"
+            )
+        return self
+
     routing: RoutingPolicy = Field(
         "power_of_two",
         description="How requests through the `models` endpoint pick a replica of this model: "
@@ -274,6 +293,11 @@ class PlatformConfig(StrictModel):
             raise ValueError(f"vllm.{sorted(shared)[0]}: with `models`, set it on each model")
         seen: dict[str, str] = {}
         for index, entry in enumerate(self.models):
+            if entry.runtime_adapters and not (self.auth.api_keys or self.auth.api_keys_env):
+                raise ValueError(
+                    f"models[{index}].runtime_adapters needs API keys: set auth.api_keys or "
+                    "auth.api_keys_env"
+                )
             names = [entry.name] + [adapter.name for adapter in entry.adapters]
             for name in names:
                 if name in seen:

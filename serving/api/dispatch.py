@@ -1,7 +1,9 @@
 """One OpenAI endpoint for several models: requests go by their `model` to that model's vLLM
 deployment (an adapter's to its base model's) through Serve handles, as ASGI messages; the model's
 replica runs vLLM's own app on them (`run_asgi`) and streams the response messages back. So every
-route of vLLM's app works for every model, with no second HTTP hop."""
+route of vLLM's app works for every model, with no second HTTP hop. A replica that dies before
+the response starts gets the request once more (Serve picks a live replica), then a 503; after it
+started, a stream ends with an OpenAI error event and `[DONE]`."""
 
 from __future__ import annotations
 
@@ -16,13 +18,16 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import route_path
-from serving.api.errors import APIError, error_response
+from serving.api.errors import APIError, error_body, error_response
 from serving.routing import RoutingHint, routing_hint
 
 if TYPE_CHECKING:
     from serving.api.runtime_adapters import RuntimeAdapters
 
 LOAD_PATH, UNLOAD_PATH = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+# SageMaker's adapter routes (vLLM registers them with its load/unload routes): never forwarded,
+# so an adapter is added only through the router's checks.
+SAGEMAKER_ADAPTERS = "/adapters"
 
 # Scope keys a replica needs to run the request; the rest (app, router, state) stays here.
 FORWARDED_SCOPE_KEYS = (
@@ -59,6 +64,48 @@ def model_routes(models: Mapping[str, list[str]]) -> dict[str, Route]:
     for name, adapters in models.items():
         routes |= {adapter: Route(name, adapter) for adapter in adapters}
     return routes
+
+
+def adapter_routes_off(path: str) -> APIError:
+    how = (
+        "SageMaker's adapter routes are not served"
+        if path != LOAD_PATH and path != UNLOAD_PATH
+        else "no model takes adapters at run time"
+    )
+    return APIError(
+        f"{path}: {how}; adapters are added with POST {LOAD_PATH} on a model with "
+        "models[].runtime_adapters",
+        status=404,
+        kind="NotFoundError",
+    )
+
+
+def is_adapter_route(path: str) -> bool:
+    return (
+        path in (LOAD_PATH, UNLOAD_PATH)
+        or path.rstrip("/") == SAGEMAKER_ADAPTERS
+        or (path.startswith(SAGEMAKER_ADAPTERS + "/"))
+    )
+
+
+def replica_failed(route: Route, err: Exception) -> APIError:
+    """What the client is told when its model's replica failed (the error's type, no details)."""
+    return APIError(
+        f"the replica serving model {route.model} failed ({type(err).__name__}); retry the request",
+        status=503,
+        code="replica_failed",
+    )
+
+
+def stream_error_event(error: APIError) -> bytes:
+    """An OpenAI error event then `[DONE]`: the end of a stream that cannot go on."""
+    event = error_body(error.message, error.status, error.param, error.code, error.kind)
+    return f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode()
+
+
+def is_event_stream(start: Message) -> bool:
+    headers = Headers(raw=start.get("headers", []))
+    return headers.get("content-type", "").startswith("text/event-stream")
 
 
 def model_not_found(name: Any, available: list[str]) -> APIError:
@@ -148,6 +195,7 @@ class ModelDispatch:
         on_backpressure: Callable[[Route, Exception], APIError | None],
         adapter_cards: list[dict[str, Any]] | None = None,
         runtime: RuntimeAdapters | None = None,
+        replica_lost: Callable[[Exception], bool] = lambda err: False,
     ) -> None:
         self.routes = routes
         self.runtime = runtime  # adapters loaded through the API, when a model allows them
@@ -156,6 +204,7 @@ class ModelDispatch:
         self.default_model = default_model
         self.forward = forward
         self.on_backpressure = on_backpressure
+        self.replica_lost = replica_lost  # the replica died: the request may go to another
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -169,8 +218,11 @@ class ModelDispatch:
             await self.health(scope, send)
             return
         data = parsed_body(body)
-        if method == "POST" and path in (LOAD_PATH, UNLOAD_PATH) and self.runtime is not None:
-            await self.change_adapters(path, data, scope, send)
+        if is_adapter_route(path):
+            if method == "POST" and path in (LOAD_PATH, UNLOAD_PATH) and self.runtime is not None:
+                await self.change_adapters(path, data, scope, send)
+            else:
+                await error_response(adapter_routes_off(path))(scope, _no_body, send)
             return
         name = data.get("model")
         if name is None:
@@ -186,15 +238,29 @@ class ModelDispatch:
     async def relay(
         self, route: Route, scope: dict[str, Any], body: bytes, hint: RoutingHint, send: Send
     ) -> None:
-        try:
-            async for messages in self.forward(route)(scope, body, hint):
-                for message in messages:
-                    await send(message)
-        except Exception as err:
-            refused = self.on_backpressure(route, err)
-            if refused is None:
-                raise
-            await error_response(refused)(scope, _no_body, send)
+        """The model's response, whatever happens to its replica: never a bare cut."""
+        start: Message | None = None
+        ended = False
+        for attempt in (1, 2):
+            try:
+                async for messages in self.forward(route)(scope, body, hint):
+                    for message in messages:
+                        start = message if message["type"] == "http.response.start" else start
+                        ended = message["type"] == "http.response.body" and not message.get(
+                            "more_body", False
+                        )
+                        await send(message)
+                return
+            except Exception as err:
+                if start is None and attempt == 1 and self.replica_lost(err):
+                    continue  # nothing was sent: the request goes once more, to a live replica
+                error = self.on_backpressure(route, err) or replica_failed(route, err)
+                if start is None:
+                    await error_response(error)(scope, _no_body, send)
+                elif not ended:
+                    tail = stream_error_event(error) if is_event_stream(start) else b""
+                    await send({"type": "http.response.body", "body": tail, "more_body": False})
+                return
 
     async def change_adapters(
         self, path: str, data: dict[str, Any], scope: Scope, send: Send
@@ -214,14 +280,18 @@ class ModelDispatch:
     async def collect(self, model: str, scope: Scope) -> tuple[int, bytes]:
         """Status and body of a small GET answered by one model's deployment."""
         status, chunks = 500, []
-        async for messages in self.forward(Route(model))(
-            forwarded_scope(scope), b"", RoutingHint()
-        ):
-            for message in messages:
-                if message["type"] == "http.response.start":
-                    status = message["status"]
-                elif message["type"] == "http.response.body":
-                    chunks.append(message.get("body", b""))
+        try:
+            async for messages in self.forward(Route(model))(
+                forwarded_scope(scope), b"", RoutingHint()
+            ):
+                for message in messages:
+                    if message["type"] == "http.response.start":
+                        status = message["status"]
+                    elif message["type"] == "http.response.body":
+                        chunks.append(message.get("body", b""))
+        except Exception as err:  # a dead replica: this model is unhealthy, not the router
+            error = replica_failed(Route(model), err)
+            return 503, json.dumps(error_body(error.message, 503, code=error.code)).encode()
         return status, b"".join(chunks)
 
     async def each_model(self, scope: Scope) -> dict[str, tuple[int, bytes]]:
@@ -238,9 +308,12 @@ class ModelDispatch:
             response = JSONResponse(json.loads(body or b"null"), status_code=status)
         else:
             cards = [card for _, body in answers.values() for card in json.loads(body)["data"]]
+            # Only the base models' cards of the replicas (their `root` a server path: the name
+            # instead), then the adapters the router serves (a replica may still hold one unloaded
+            # here, and vLLM's adapter card shows the path it loaded).
+            bases = [card | {"root": card["id"]} for card in cards if card.get("parent") is None]
             ours = self.adapter_cards + (self.runtime.cards if self.runtime else [])
-            listed = {card["id"] for card in ours}
-            cards = [card for card in cards if card["id"] not in listed] + ours
+            cards = bases + ours
             response = JSONResponse({"object": "list", "data": cards})
         await response(scope, _no_body, send)
 

@@ -8,17 +8,35 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
+from ray.exceptions import RayActorError
 from ray.serve import Application
 from ray.serve.exceptions import BackPressureError
 from starlette.types import ASGIApp, Message
 
-from serving.api.auth import APIKeyAuth, key_ring
-from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes
+from serving.api.auth import APIKeyAuth, KeyRing, key_ring
+from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes, replica_failed
 from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
 from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
-from serving.config import PlatformConfig, parse_config
+from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.routing import RoutingHint
+
+
+def replica_lost(err: Exception) -> bool:
+    """The replica's actor died or became unreachable (Serve's handle raises these; its gRPC
+    path raises ActorUnavailableError for an UNAVAILABLE call)."""
+    return isinstance(err, RayActorError)
+
+
+def check_runtime_adapter_keys(config: PlatformConfig, keys: KeyRing) -> None:
+    """Runtime adapters make paths servable: never without API keys (read where they are used,
+    as the environment's keys cannot be seen by the config's own checks)."""
+    allowing = [f"models[{i}]" for i, m in enumerate(config.models) if m.runtime_adapters]
+    if allowing and not keys.enabled:
+        raise ConfigError(
+            f"{allowing[0]}.runtime_adapters needs API keys: set auth.api_keys or the variable "
+            f"auth.api_keys_env names ({config.auth.api_keys_env or 'unset'}), empty here"
+        )
 
 
 def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
@@ -33,9 +51,9 @@ def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
 
 
 def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
-    """vLLM's model card of every configured adapter."""
+    """vLLM's model card of every configured adapter (no path on it)."""
     return [
-        adapter_card(adapter.name, adapter.path, entry.name)
+        adapter_card(adapter.name, entry.name)
         for entry in config.models
         for adapter in entry.adapters
     ]
@@ -46,6 +64,8 @@ def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
 class ModelRouter:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = PlatformConfig.model_validate(config)
+        keys = key_ring(self.config.auth)
+        check_runtime_adapter_keys(self.config, keys)
         routes = model_routes({m.name: [a.name for a in m.adapters] for m in self.config.models})
         # Serve's gRPC path between replicas (not Ray object refs): measured as fast as plain vLLM.
         self.models = {
@@ -58,7 +78,8 @@ class ModelRouter:
         # that holds it when one does, which loads it otherwise.
         self.handles = {route: self.handle(route) for route in routes.values()}
         allowed = [entry.name for entry in self.config.models if entry.runtime_adapters]
-        self.runtime = RuntimeAdapters(routes, allowed, self.preload) if allowed else None
+        hub_ids = {entry.name: entry.adapter_hub_ids for entry in self.config.models}
+        self.runtime = RuntimeAdapters(routes, allowed, self.preload, hub_ids) if allowed else None
         dispatch = ModelDispatch(
             routes,
             self.config.models[0].name,
@@ -66,9 +87,9 @@ class ModelRouter:
             self.refusal,
             adapter_cards(self.config),
             self.runtime,
+            replica_lost,
         )
         app: ASGIApp = BodySizeLimit(dispatch, self.config.limits.max_body_bytes)
-        keys = key_ring(self.config.auth)
         self.asgi = APIKeyAuth(app, keys) if keys.enabled else app
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
@@ -95,9 +116,14 @@ class ModelRouter:
         await handle.remote(route.adapter, path)
 
     def refusal(self, route: Route, err: Exception) -> APIError | None:
-        return (
-            backpressure_error(self.config, route) if isinstance(err, BackPressureError) else None
-        )
+        """A full queue: the model's backpressure answer; a lost replica: 503 with its Retry-After."""
+        if isinstance(err, BackPressureError):
+            return backpressure_error(self.config, route)
+        if not replica_lost(err):
+            return None
+        error = replica_failed(route, err)
+        retry_after = backpressure_error(self.config, route).headers
+        return APIError(error.message, status=503, code=error.code, headers=retry_after)
 
 
 def build_router_app(config: PlatformConfig) -> Application:

@@ -19,12 +19,12 @@ from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 from starlette.types import Message
 
-from serving.adapters import resolve_adapter_path
+from serving.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
 from serving.api.auth import key_ring
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
-from serving.config import PlatformConfig, parse_config
+from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
@@ -105,20 +105,26 @@ class VLLMServer(EngineReplica):
         of an adapter loaded at run time; the response names the replica in a header."""
         app: Any = self.openai_app
         adapter = serve.get_multiplexed_model_id()
-        if adapter and adapter_path:
-            self.adapters.paths[adapter] = adapter_path
-        if adapter:
-            try:
+        try:
+            if adapter and adapter_path:
+                self.adapters.paths[adapter] = self.allowed_path(adapter_path)
+            if adapter:
                 await self.adapters.load(adapter)
-            except AdapterLoadError as err:
-                app = error_response(APIError(str(err), status=500, param="model"))
+        except (AdapterLoadError, AdapterPathRefused) as err:
+            app = error_response(APIError(str(err), status=500, param="model"))
         async for messages in run_asgi(app, scope, body):
             yield [with_replica_header(m, self.replica_id) for m in messages]
 
     async def add_adapter(self, name: str, path: str) -> None:
         """Load an adapter added at run time (the router checks it here before serving it)."""
-        self.adapters.paths[name] = path
+        self.adapters.paths[name] = self.allowed_path(path)
         await self.adapters.load(name)
+
+    def allowed_path(self, path: str) -> str:
+        """A runtime adapter's path as this replica sees it, if the model's adapter_roots or
+        adapter_hub_ids allow it (raises AdapterPathRefused, naming them, otherwise)."""
+        settings = self.config.vllm
+        return allowed_adapter_path(path, settings.adapter_roots, settings.adapter_hub_ids)
 
     def record_routing_stats(self) -> dict[str, Any]:
         """What the load_aware request router reads of this replica (Serve's controller polls
@@ -166,6 +172,12 @@ class ModelEntry:
 
 def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Application:
     deployment = config.vllm
+    if deployment.runtime_adapters and not behind_router:
+        # vLLM's own routes would load any path, unchecked, on one replica only.
+        raise ConfigError(
+            "vllm.runtime_adapters: adapters are added at run time only through the model "
+            "router, which checks them: serve the model as an entry of `models` instead"
+        )
     server = VLLMServer.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
         **deployment.replica_options(),
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),

@@ -35,8 +35,8 @@ def vllm_env(config: PlatformConfig) -> dict[str, str]:
         # again) unless this is 0. The model then runs inside the engine core's process (a child
         # of the replica, or the replica itself with engine_core inprocess).
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    if config.vllm.runtime_adapters:  # vLLM's own load/unload routes on a single-model platform
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    # Never VLLM_ALLOW_RUNTIME_LORA_UPDATING: its routes (and SageMaker's /adapters) would load
+    # any path; runtime adapters go through the model router's checks (vllm_lora.py loads them).
     threads = config.vllm.engine.cpu_threads
     if config.vllm.resources.accelerator == "cpu" and threads is not None:
         # torch reads this on import: the replica gets it from its runtime_env, a spawned engine

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,17 @@ import openai
 from serving.loadgen.workloads import LoadLevel, RequestSpec
 
 NOT_STARTED = "not_started"
+
+
+def env_api_key() -> str:
+    """The key sent to targets: OPENAI_API_KEY, as the openai client and `conformance` read it."""
+    return os.environ.get("OPENAI_API_KEY", "unused")
+
+
+def auth_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {env_api_key()}"}
+
+
 REPLICA_HEADER = "x-llm-serving-replica"
 
 
@@ -44,7 +56,7 @@ class RequestOptions:
     fixed_length: bool = True  # ignore_eos + min_tokens: every engine generates the same work
     temperature: float = 0.0
     timeout_s: float = 300.0
-    api_key: str = "unused"
+    api_key: str = field(default_factory=env_api_key)
 
 
 @dataclass
@@ -239,7 +251,7 @@ async def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
     url = f"{target.base_url.rstrip('/')}/models"
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
-            response = await http.get(url)
+            response = await http.get(url, headers=auth_headers())
     except httpx.HTTPError as err:
         raise TargetError(
             f"target {target.name}: cannot reach {url} ({type(err).__name__})"

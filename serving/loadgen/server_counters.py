@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from serving.loadgen.client import Target
+from serving.loadgen.client import Target, auth_headers
 from serving.metrics import ADAPTER_LOADS, counter_values
 
 # Ray's metrics agent exports every RAY_metrics_report_interval_ms (2 s, serving.config.ray_env):
@@ -39,7 +39,7 @@ def requests_adapters(targets: list[Target], models: set[str]) -> bool:
     """Whether a requested model is an adapter of a target: only then are loads worth the wait."""
     for target in targets:
         try:
-            body = httpx.get(f"{target.base_url}/models", timeout=10).json()
+            body = httpx.get(f"{target.base_url}/models", headers=auth_headers(), timeout=10).json()
         except (httpx.HTTPError, ValueError):
             return True  # unknown: count them rather than miss them
         if adapter_ids(body) & models:

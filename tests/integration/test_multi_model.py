@@ -2,16 +2,22 @@
 ports moved to free ones): two base models and two LoRA adapters behind one endpoint, used with the
 official `openai` client by `model`. Every `llm-serving conformance` case passes through the model
 router on the default model; an adapter's greedy output equals transformers + peft on the same
-adapter and differs from its base model's."""
+adapter and differs from its base model's. Runtime adapters are on (so API keys are), limited to
+the cache's adapters; a replica killed mid-stream ends that stream with an OpenAI error event."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 import yaml
 from filelock import FileLock
@@ -19,12 +25,14 @@ from filelock import FileLock
 from serving.adapters import DEMO_PREFIX, ensure_demo_adapter
 from serving.config import load_config
 from serving.metrics import ADAPTER_LOADS, counter_values
-from serving.models import resolve_model
+from serving.models import cache_root, resolve_model
 from tests.integration.conftest import ROOT, SESSION_LOCK, free_port, run_cli
 
 EXAMPLE = ROOT / "serving" / "examples" / "multi-model.yaml"
 GREEDY = {"temperature": 0.0}
 METRICS_PORT = free_port()
+KEY = "sk-multi-model-test"  # runtime adapters need API keys
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +42,14 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     config["http"] = {"port": port}
     config["ray"] = {"dashboard_port": free_port(), "metrics_export_port": METRICS_PORT}
+    config["auth"] = {"api_keys": [KEY]}
+    for entry in config["models"]:  # the cache this run uses ($LLM_SERVING_CACHE), not ~/.cache
+        if entry.get("runtime_adapters"):
+            entry["adapter_roots"] = [str(cache_root() / "adapters")]
     path = tmp_path_factory.mktemp("multi-model") / "multi-model.yaml"
     path.write_text(yaml.safe_dump(config))
-    with FileLock(str(SESSION_LOCK), timeout=3600):
+    with FileLock(str(SESSION_LOCK), timeout=3600), pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_API_KEY", KEY)  # for the conformance and bench commands
         started = run_cli("up", "--detach", "--config", str(path))
         if started.returncode != 0:
             run_cli("down")
@@ -48,7 +61,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def client(endpoint: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=endpoint, api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=endpoint, api_key=KEY, max_retries=0)
 
 
 def example_names() -> tuple[list[str], dict[str, str]]:
@@ -198,7 +211,7 @@ def test_session_routing_keeps_a_session_on_one_replica(endpoint: str) -> None:
     entry = next(m for m in config.models if m.routing == "session")
     assert entry.num_replicas == 2
     served: dict[str, set[str]] = {}
-    with httpx.Client(timeout=60) as http:
+    with httpx.Client(timeout=60, headers=AUTH) as http:
         for session in [f"conversation-{i}" for i in range(8)]:
             for turn in range(3):
                 response = http.post(
@@ -224,8 +237,6 @@ def adapter_loads() -> dict[str, float]:
 def test_each_adapter_loads_once_into_the_replica_that_serves_it(endpoint: str) -> None:
     """Adapters load when first named (Serve's model multiplexing), then stay: alternating
     requests to both adapters of the one-replica model load each exactly once."""
-    import time
-
     _, parents = example_names()
     api = client(endpoint)
     for _ in range(4):
@@ -290,12 +301,14 @@ def test_an_adapter_loaded_at_run_time_is_served_until_unloaded(endpoint: str) -
     bad = httpx.post(
         f"{endpoint}/load_lora_adapter",
         timeout=60,
-        json={"lora_name": "tiny-bad", "lora_path": "/nonexistent/adapter"},
+        headers=AUTH,
+        json={"lora_name": "tiny-bad", "lora_path": str(path.parent / "nonexistent")},
     )
     assert bad.status_code == 400 and "could not be loaded" in bad.json()["error"]["message"]
     loaded = httpx.post(
         f"{endpoint}/load_lora_adapter",
         timeout=60,
+        headers=AUTH,
         json={"lora_name": "tiny-runtime", "lora_path": str(path)},
     )
     assert loaded.status_code == 200, loaded.text
@@ -310,7 +323,121 @@ def test_an_adapter_loaded_at_run_time_is_served_until_unloaded(endpoint: str) -
     assert len(replicas) == 2
     cards = {card.id: getattr(card, "parent", None) for card in api.models.list()}
     assert cards["tiny-runtime"] == tiny.name and "tiny-bad" not in cards
-    unloaded = httpx.post(f"{endpoint}/unload_lora_adapter", json={"lora_name": "tiny-runtime"})
+    unloaded = httpx.post(
+        f"{endpoint}/unload_lora_adapter", headers=AUTH, json={"lora_name": "tiny-runtime"}
+    )
     assert unloaded.status_code == 200
     with pytest.raises(openai.NotFoundError):
         api.completions.create(model="tiny-runtime", prompt="Hi", max_tokens=2)
+
+
+def test_runtime_adapters_load_only_from_the_roots_and_only_through_the_router(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """A path outside the model's adapter_roots (or a link out of one) is refused naming the
+    setting, as are load_inplace and a load without a key; SageMaker's /adapters route, which
+    vLLM adds with its own load route, is not reachable; no model card shows a server path."""
+    config = load_config(EXAMPLE)
+    tiny = next(m for m in config.models if m.runtime_adapters)
+    inside = ensure_demo_adapter(resolve_model(tiny.model.ref), "tiny-roots")
+    outside = tmp_path / "outside"
+    shutil.copytree(inside, outside)
+    link = inside.parent / "tiny-link-out"
+    link.unlink(missing_ok=True)
+    link.symlink_to(outside)
+
+    def load(body: dict, headers: dict[str, str] = AUTH) -> httpx.Response:
+        return httpx.post(f"{endpoint}/load_lora_adapter", json=body, headers=headers, timeout=60)
+
+    try:
+        for path in (outside, link):
+            refused = load({"lora_name": "tiny-outside", "lora_path": str(path)})
+            assert refused.status_code == 400, refused.text
+            assert "adapter_roots" in refused.json()["error"]["message"]
+    finally:
+        link.unlink()
+    inplace = load({"lora_name": "tiny-roots", "lora_path": str(inside), "load_inplace": True})
+    assert inplace.status_code == 400 and "load_inplace" in inplace.json()["error"]["message"]
+    keyless = load({"lora_name": "tiny-roots", "lora_path": str(inside)}, headers={})
+    assert keyless.status_code == 401
+    origin = endpoint.removesuffix("/v1")
+    sagemaker = httpx.post(
+        f"{origin}/adapters",
+        headers=AUTH,
+        timeout=60,
+        json={"model": tiny.name, "name": "tiny-sagemaker", "src": str(outside)},
+    )
+    assert (
+        sagemaker.status_code == 404 and "runtime_adapters" in sagemaker.json()["error"]["message"]
+    )
+    cards = list(client(endpoint).models.list())
+    assert "tiny-outside" not in {card.id for card in cards}
+    assert not [card.root for card in cards if card.root and card.root.startswith(("/", "demo:"))]
+
+
+def replica_processes(app: str) -> list[psutil.Process]:
+    """The worker processes of an app's VLLMServer replicas (Ray titles them by actor class)."""
+    title = f"ServeReplica:{app}:VLLMServer"
+    return [
+        process
+        for process in psutil.process_iter(["cmdline"])
+        if any(title in part for part in process.info["cmdline"] or [])
+    ]
+
+
+def test_a_replica_killed_mid_stream_ends_its_stream_with_an_openai_error(endpoint: str) -> None:
+    """Every replica of a model dies (SIGKILL, as the OOM killer) while a stream runs on each:
+    the official client gets an OpenAI error, not a cut connection; the raw stream ends with the
+    error event and `[DONE]`; a request sent after is served once Serve restarts a replica.
+    Last in the module: it waits until both replicas serve again."""
+    config = load_config(EXAMPLE)
+    tiny = next(m for m in config.models if m.routing == "session")
+    body = {
+        "model": tiny.name,
+        "prompt": "Count",
+        "max_tokens": 400,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    api = client(endpoint)
+    with httpx.Client(timeout=120, headers=AUTH) as http:
+        with http.stream("POST", f"{endpoint}/completions", json=body) as raw:
+            lines = raw.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            official = api.completions.create(
+                model=tiny.name,
+                prompt="Count",
+                max_tokens=400,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            next(iter(official))
+            processes = replica_processes(tiny.app_name)
+            assert len(processes) == tiny.num_replicas
+            for process in processes:
+                os.kill(process.pid, signal.SIGKILL)
+            rest = [line for line in lines if line]
+        with pytest.raises(openai.APIError) as raised:
+            for _ in official:
+                pass
+    assert not isinstance(raised.value, openai.APIConnectionError)
+    assert "replica" in raised.value.message
+    assert rest[-1] == "data: [DONE]", rest[-3:]
+    error = json.loads(rest[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "replica_failed" and tiny.name in error["message"]
+    # Serve restarts the replicas: until one serves, a request is a 503 in OpenAI's shape
+    served: set[str] = set()
+    deadline = time.monotonic() + 300
+    while len(served) < tiny.num_replicas and time.monotonic() < deadline:
+        try:  # session routing sends a new session to the replica with the fewest
+            response = api.with_options(timeout=120).completions.with_raw_response.create(
+                model=tiny.name, prompt="Hi", max_tokens=1, user=f"after-{time.monotonic()}"
+            )
+        except openai.InternalServerError as err:
+            assert err.status_code == 503 and err.body["code"] == "replica_failed"
+            time.sleep(1)
+            continue
+        assert response.parse().usage.completion_tokens == 1
+        served.add(response.headers["x-llm-serving-replica"])
+        time.sleep(0.5)
+    assert len(served) == tiny.num_replicas

@@ -21,6 +21,7 @@ from serving.api.dispatch import (
     run_asgi,
 )
 from serving.api.errors import APIError
+from serving.api.runtime_adapters import adapter_card
 from serving.routing import RoutingHint
 
 
@@ -42,7 +43,9 @@ def model_app(name: str, adapters: list[str]) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> Any:
-        cards = [{"id": name, "parent": None}] + [{"id": a, "parent": name} for a in adapters]
+        cards = [{"id": name, "parent": None, "root": f"/srv/models/{name}"}] + [
+            {"id": a, "parent": name, "root": f"/srv/adapters/{a}"} for a in adapters
+        ]
         return {"object": "list", "data": cards}
 
     @app.get("/health")
@@ -83,7 +86,7 @@ def dispatch(
             return None
         return APIError(f"{route.model} is busy", status=503, headers={"Retry-After": "1"})
 
-    cards = [{"id": "base-lora", "parent": "base", "root": "/adapters/base-lora"}]
+    cards = [adapter_card("base-lora", "base")]
     return ModelDispatch(model_routes(adapters), "base", forward, refusal, cards)
 
 
@@ -157,10 +160,18 @@ def test_models_lists_every_model_and_adapter_with_its_parent() -> None:
     data = run(go())["data"]
     cards = {card["id"]: card["parent"] for card in data}
     assert cards == {"base": None, "base-lora": "base", "other": None}
-    # the configured card (with its path) wins over the one a replica holding it lists
-    assert [card.get("root") for card in data if card["id"] == "base-lora"] == [
-        "/adapters/base-lora"
-    ]
+    assert len(data) == 3  # the router's card, not also the one a replica holding it lists
+
+
+def test_model_cards_show_no_server_path() -> None:
+    """vLLM's cards carry the path a replica loaded (`root`): the router shows names instead."""
+
+    async def go() -> dict:
+        async with client(dispatch()) as http:
+            return (await http.get("/v1/models")).json()
+
+    roots = {card["id"]: card["root"] for card in run(go())["data"]}
+    assert roots == {"base": "base", "base-lora": "base-lora", "other": "other"}
 
 
 def test_health_reports_each_model() -> None:
