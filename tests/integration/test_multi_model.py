@@ -336,7 +336,8 @@ def test_runtime_adapters_load_only_from_the_roots_and_only_through_the_router(
 ) -> None:
     """A path outside the model's adapter_roots (or a link out of one) is refused naming the
     setting, as are load_inplace and a load without a key; SageMaker's /adapters route, which
-    vLLM adds with its own load route, is not reachable; no model card shows a server path."""
+    vLLM adds with its own load route, is not reachable; no model card shows a server path.
+    (Before adapter_roots, the copy outside the cache loaded: 200.)"""
     config = load_config(EXAMPLE)
     tiny = next(m for m in config.models if m.runtime_adapters)
     inside = ensure_demo_adapter(resolve_model(tiny.model.ref), "tiny-roots")
@@ -389,7 +390,8 @@ def test_a_replica_killed_mid_stream_ends_its_stream_with_an_openai_error(endpoi
     """Every replica of a model dies (SIGKILL, as the OOM killer) while a stream runs on each:
     the official client gets an OpenAI error, not a cut connection; the raw stream ends with the
     error event and `[DONE]`; a request sent after is served once Serve restarts a replica.
-    Last in the module: it waits until both replicas serve again."""
+    Last in the module: it waits until both replicas serve again. (Before, the router passed
+    the handle's error on and the connection was cut: httpx.RemoteProtocolError.)"""
     config = load_config(EXAMPLE)
     tiny = next(m for m in config.models if m.routing == "session")
     body = {
