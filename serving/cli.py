@@ -18,6 +18,7 @@ from serving.conformance.cli import conformance
 from serving.k8s.cli import render
 from serving.loadgen.cli import bench
 from serving.models import ModelNotFoundError, resolve_model
+from serving.ray_access import token_path
 
 EXIT_USAGE = 2
 
@@ -78,7 +79,7 @@ def print_ready(ep: Any) -> None:
     if ep.analysis_url:
         click.echo(f"  analysis       {ep.analysis_url}")
     click.echo(f"  health         {ep.health_url}")
-    click.echo(f"  Ray dashboard  {ep.dashboard_url}")
+    click.echo(f"  Ray dashboard  {ep.dashboard_url}  (Ray token: {token_path()})")
     click.echo(f"  metrics        {ep.metrics_url}")
     click.echo("try:")
     click.echo(

@@ -24,6 +24,14 @@ from serving import apps as registry
 from serving.config import PlatformConfig, ray_env
 from serving.k8s.serve_config import serve_config
 from serving.models import cache_root
+from serving.ray_access import (
+    head_args,
+    head_env,
+    ray_auth_headers,
+    running_head_is_loopback,
+    single_machine,
+    use_token_auth,
+)
 
 RAY_NAMESPACE = "llm-serving"
 
@@ -131,8 +139,14 @@ def start_ray_head(config: PlatformConfig) -> None:
         f"--dashboard-port={config.ray.dashboard_port}",
         f"--metrics-export-port={config.ray.metrics_export_port}",
         "--disable-usage-stats",
+        *head_args(config.http.host),
     ]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **ray_env(config)}
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        **ray_env(config),
+        **head_env(config.http.host),
+    }
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         output = (done.stdout + done.stderr).strip()
@@ -149,15 +163,23 @@ def stop_ray() -> None:
 
 
 def connect() -> None:
+    """Join the local Ray head as a driver, with the install's token and the head's addressing."""
+    use_token_auth()
+    if running_head_is_loopback():
+        single_machine()
     import ray
 
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    try:
         ray.init(
             address="auto",
             namespace=RAY_NAMESPACE,
             logging_level=logging.ERROR,
             log_to_driver=False,
         )
+    except ConnectionError as err:
+        raise PlatformError(f"cannot join the local Ray head: {err}") from None
 
 
 def deploy(config: PlatformConfig, timeout_s: float = 600.0) -> None:
@@ -180,7 +202,7 @@ def put_serve_config(dashboard_url: str, document: dict[str, Any], timeout_s: fl
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            response = httpx.put(url, json=document, timeout=120)
+            response = httpx.put(url, json=document, headers=ray_auth_headers(), timeout=120)
             if response.status_code not in (404, 502, 503):  # not up yet: retried
                 break
             last = f"HTTP {response.status_code}"

@@ -9,6 +9,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from serving.ray_access import use_token_auth
+
 MIB = 1024**2
 REPLICA_CLASS_PREFIX = "ServeReplica:"  # a replica actor's class: ServeReplica:APP:DEPLOYMENT
 EDGE_SAMPLES = 3  # samples averaged (median) at each end, so one noisy reading does not decide
@@ -44,14 +46,9 @@ def replica_label(actor_name: str) -> str:
 
 def list_replica_processes(dashboard_url: str) -> list[ReplicaProcess]:
     """Live Serve replica actors of the cluster behind the Ray dashboard, with their PIDs."""
-    from ray._private.authentication.authentication_token_setup import (
-        maybe_enable_token_auth_if_token_available,
-    )
     from ray.util.state import list_actors
 
-    # As Ray's own CLI does: a cluster started while ~/.ray/auth_token exists wants that token
-    # (without this, only a process that had called ray.init() before would send it).
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    use_token_auth()  # the platform's Ray head refuses a caller without its token
     actors = list_actors(
         address=dashboard_url,
         filters=[("state", "=", "ALIVE")],

@@ -19,11 +19,17 @@ import pytest
 import yaml
 from filelock import FileLock
 
+from serving.ray_access import single_machine, use_token_auth
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "serving.cli"]
 MODEL = "tiny-qwen2"
 # One local Ray head per machine: concurrent test sessions wait for each other instead of colliding.
 SESSION_LOCK = Path("/tmp/llm-serving-integration.lock")
+# The platform's Ray head is on loopback and takes only callers with the install's token: the
+# tests' drivers and Ray state API calls join it so (set before Ray reads its config here).
+single_machine()
+use_token_auth()
 
 
 def free_port() -> int:

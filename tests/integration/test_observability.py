@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from serving import metrics as m
-from serving.loadgen.scenarios.autoscale import ray_auth_headers
+from serving.ray_access import ray_auth_headers
 from tests.integration.conftest import ROOT, Platform, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
 from tests.promql import dashboard_metric_names

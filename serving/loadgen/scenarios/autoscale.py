@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -39,6 +37,7 @@ from serving.loadgen.scenarios.autoscale_timeline import (
 )
 from serving.loadgen.server_stats import HealthSource, PrometheusSource, StatsSource
 from serving.loadgen.workloads import RequestSpec
+from serving.ray_access import ray_auth_headers
 
 REPLICA_POLL_S = 1.0
 HOLD_AFTER_SCALE_UP_S = 10.0  # keep the step on so the new replica serves part of it
@@ -170,17 +169,6 @@ def default_queue_source(metrics_url: str | None, target: Target) -> StatsSource
             metrics_url, f"ray_{platform_metrics.RUNNING}", f"ray_{platform_metrics.QUEUE_DEPTH}"
         )
     return HealthSource(f"{target.origin}/health")
-
-
-def ray_auth_headers() -> dict[str, str]:
-    """Ray's cluster token, as Ray's own clients find it (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
-    ~/.ray/auth_token): Ray 2.60 turns token auth on once that file exists, and its dashboard
-    then answers 401 without the token."""
-    token = os.environ.get("RAY_AUTH_TOKEN", "")
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-    if not token and path.is_file():
-        token = path.read_text().strip()
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 async def read_applications(http: httpx.AsyncClient, dashboard_url: str) -> dict[str, Any]:

@@ -248,13 +248,3 @@ def test_bad_autoscale_input_is_one_error_line(args: list[str], message: str) ->
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith(message)
     assert "Traceback" not in result.output
-
-
-def test_the_dashboard_gets_rays_cluster_token(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))
-    assert autoscale.ray_auth_headers() == {}
-    (tmp_path / "auth_token").write_text("abc\n")
-    assert autoscale.ray_auth_headers() == {"Authorization": "Bearer abc"}
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "xyz")
-    assert autoscale.ray_auth_headers() == {"Authorization": "Bearer xyz"}
