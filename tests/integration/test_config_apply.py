@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from serving.ray_access import ray_auth_headers
 from tests.integration.conftest import MODEL, Platform, run_cli
 from tests.integration.streams import OpenStream, StreamOutcome
 
@@ -34,7 +35,8 @@ def vllm_replicas(platform: Platform) -> set[str]:
 
 def deployed_max_replicas(platform: Platform) -> int | None:
     """max_replicas of the running vLLM deployment, as Serve reports it."""
-    details = httpx.get(f"{platform.dashboard_url}/api/serve/applications/", timeout=30).json()
+    url = f"{platform.dashboard_url}/api/serve/applications/"
+    details = httpx.get(url, headers=ray_auth_headers(), timeout=30).json()
     config = details["applications"]["vllm"]["deployments"]["VLLMServer"]["deployment_config"]
     return (config.get("autoscaling_config") or {}).get("max_replicas")
 
