@@ -51,12 +51,15 @@ def models_to_prepare(config: PlatformConfig) -> list[ModelConfig]:
 
 
 def apply_overrides(config: PlatformConfig, model: str | None, port: int | None) -> PlatformConfig:
-    data = config.model_dump()
+    """The config with `--model`/`--port`. Only what the file set stays set: Serve hashes each
+    app's args into its code version, so `up` and a later `apply` of the same file must write
+    the same args, or the apply restarts every app."""
+    data = config.model_dump(exclude_unset=True)
     if model:
-        data["model"]["ref"] = model
-        data["model"]["served_name"] = None
+        data["model"] = {**data.get("model", {}), "ref": model}
+        data["model"].pop("served_name", None)  # named after the new model
     if port:
-        data["http"]["port"] = port
+        data["http"] = {**data.get("http", {}), "port": port}
     return PlatformConfig.model_validate(data)
 
 

@@ -45,6 +45,22 @@ def test_overrides_replace_model_and_port() -> None:
     )
 
 
+def test_up_writes_the_serve_config_a_later_apply_of_the_same_file_writes(tmp_path: Path) -> None:
+    """Serve hashes each app's args into its code version: any difference between what `up` and
+    `apply` write for one file restarts every app on that apply (it did: `up` wrote defaults)."""
+    from serving.config import load_config
+    from serving.k8s.serve_config import serve_config
+
+    path = tmp_path / "platform.yaml"
+    path.write_text("model:\n  ref: tiny-qwen2\nvllm:\n  engine:\n    max_num_seqs: 8\n")
+    applied = serve_config(load_config(path), host="127.0.0.1")
+    assert serve_config(apply_overrides(load_config(path), None, None), host="127.0.0.1") == applied
+    moved = apply_overrides(load_config(path), "tiny-qwen2", 9001)
+    apps = serve_config(moved, host="127.0.0.1")["applications"]
+    assert apps == applied["applications"]  # the same model on another port: the same apps
+    assert moved.http.port == 9001 and moved.vllm.engine.max_num_seqs == 8
+
+
 def test_ready_message_prints_every_enabled_app(capsys) -> None:
     from serving.cli import print_ready
     from serving.local import endpoints
