@@ -231,6 +231,14 @@ class HTTPConfig(StrictModel):
         "app at plain vLLM's speed). proxy: Serve's Python HTTP proxy forwards each request and "
         "each streamed chunk to a replica through Ray.",
     )
+    replica_drain_s: float = Field(
+        30.0,
+        ge=0,
+        description="haproxy: how long a stopping replica still takes new connections, so that "
+        "every HAProxy drops it before it closes (RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, "
+        "Ray's 30 s); its open requests then finish within graceful_shutdown_timeout_s. Also how "
+        "long deleting an app or `down` waits. One machine's HAProxy follows within a second.",
+    )
 
 
 class RayConfig(StrictModel):
@@ -351,8 +359,9 @@ RAY_STATIC_ENV = {
 
 
 def ray_env(config: PlatformConfig) -> dict[str, str]:
-    """Environment of every Ray process (local head, chart pods): how fast queues are reported
-    (the fastest autoscaled deployment's interval, each model's included).
+    """Environment of every Ray process (local head, chart pods): the ingress and how long its
+    replicas drain, how fast queues are reported (the fastest autoscaled deployment's interval,
+    each model's included).
     Serve will read its push intervals from these variables (Ray 2.60 still takes each
     deployment's `metrics_interval_s`, which `AutoscalingSettings.serve_options` sets too)."""
     deployments = [getattr(config, app.name) for app in apps_of(config) if app.scaled]
@@ -361,7 +370,14 @@ def ray_env(config: PlatformConfig) -> dict[str, str]:
     # Apps deployed later (or by hand) get the default: cheap, and the autoscaler reacts fast.
     # `g` writes the float as Helm's toString does (1 -> "1"), so the chart computes the same.
     push_s = format(min(intervals, default=AutoscalingSettings().metrics_interval_s), "g")
-    ingress = {"RAY_SERVE_ENABLE_HA_PROXY": "1"} if config.http.ingress == "haproxy" else {}
+    ingress = {}
+    if config.http.ingress == "haproxy":
+        ingress = {
+            "RAY_SERVE_ENABLE_HA_PROXY": "1",
+            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": format(
+                config.http.replica_drain_s, "g"
+            ),
+        }
     return {
         **ingress,
         "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,

@@ -13,7 +13,13 @@ import tomllib
 from typing import Any
 
 from serving import apps as registry
-from serving.config import RAY_STATIC_ENV, ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
+from serving.config import (
+    RAY_STATIC_ENV,
+    ROUTER_CONFIGS,
+    HTTPConfig,
+    PlatformConfig,
+    VLLMDeploymentConfig,
+)
 from serving.k8s import CHART_DIR, REPO_ROOT
 from serving.k8s.serve_config import NOT_IN_ARGS
 from serving.replica_config import AutoscalingSettings, BackpressureSettings
@@ -63,6 +69,7 @@ def serving_defaults(platform: PlatformConfig) -> dict[str, dict[str, Any]]:
     backpressure = BackpressureSettings().model_dump(include={"status_code", "retry_after_s"})
     table["replica"] = replica | backpressure
     table["autoscaling"] = AutoscalingSettings().model_dump()
+    table["http"] = HTTPConfig().model_dump(include={"replica_drain_s"})
     return table
 
 

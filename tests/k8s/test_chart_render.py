@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from serving import metrics
-from serving.config import ray_env
+from serving.config import PlatformConfig, ray_env
 from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
 from serving.k8s.values_schema import undocumented_values, value_comments
@@ -99,6 +99,18 @@ def test_ray_env_follows_the_fastest_interval() -> None:
     env = {e["name"]: e.get("value") for e in ray_containers(rayservice)[0]["env"]}
     assert expected["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] == "0.5"
     assert {key: env[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("http", "drain"), [({"replica_drain_s": 2.5}, "2.5"), ({}, "30"), ({"ingress": "proxy"}, None)]
+)
+def test_replica_drain_reaches_ray_with_the_haproxy_ingress(http: dict, drain: str | None) -> None:
+    values = {"platform": {"http": http}}
+    rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
+    env = {e["name"]: e.get("value") for e in ray_containers(rayservice)[0]["env"]}
+    assert env.get("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S") == drain
+    platform = PlatformConfig.model_validate(k8s_render.merged_values(values)["platform"])
+    assert ray_env(platform).get("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S") == drain
 
 
 def test_pods_run_as_non_root(case: Rendered) -> None:

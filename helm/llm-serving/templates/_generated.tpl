@@ -125,6 +125,9 @@
     "downscale_delay_s": 20.0,
     "metrics_interval_s": 1.0,
     "look_back_period_s": 3.0
+  },
+  "http": {
+    "replica_drain_s": 30.0
   }
 }
 {{- end -}}

@@ -215,15 +215,18 @@ applications:
 {{- end }}
 {{- end -}}
 
-{{/* serving.config.ray_env(): the ingress, and Serve's metric push intervals follow the fastest
-autoscaled app or model. */}}
+{{/* serving.config.ray_env(): the ingress and how long its replicas drain, and Serve's metric
+push intervals follow the fastest autoscaled app or model. */}}
 {{- define "llm-serving.rayEnv" -}}
+{{- $defaults := include "llm-serving.servingDefaults" . | fromJson -}}
 {{- if eq (dig "http" "ingress" "haproxy" .Values.platform) "haproxy" -}}
 - name: RAY_SERVE_ENABLE_HA_PROXY
   value: "1"
+- name: RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
+  value: {{ dig "http" "replica_drain_s" $defaults.http.replica_drain_s .Values.platform | float64 | toString | quote }}
 {{ end -}}
 {{- $platform := .Values.platform -}}
-{{- $default := (include "llm-serving.servingDefaults" . | fromJson).autoscaling.metrics_interval_s -}}
+{{- $default := $defaults.autoscaling.metrics_interval_s -}}
 {{- $deployments := list -}}
 {{- range $name, $row := include "llm-serving.appTable" . | fromJson -}}
 {{- if $row.scaled -}}{{- $deployments = append $deployments (dig $name dict $platform) -}}{{- end -}}
