@@ -15,8 +15,12 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 # A real helm v4 CLI, for cross-checks with a loopback fake API server (tests/k8s/test_helm_cli.py).
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
+# `make test` runs two pytest workers (pytest-xdist): the integration tests share one Ray cluster
+# and stay on one worker in order (tests/conftest.py), the unit and k8s tests run on the other
+# meanwhile. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 
-.PHONY: install install-test system-deps serve bench compare lint test test-unit test-integration test-k8s render docs clean down status
+.PHONY: install install-test system-deps serve bench compare lint test test-unit test-integration test-k8s fuzz durations render docs clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
@@ -94,7 +98,16 @@ compare: install
 	exit $$code
 
 test: install-test lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The full fuzzing budget (`make test` sends a smaller fixed one with the same seed).
+fuzz: install-test
+	LLM_SERVING_FUZZ=full $(PY) -m pytest tests/integration/test_fuzz.py $(PYTEST_ARGS)
+
+# Where the last run's time went (build/test-durations.json, written by every pytest run), and the
+# slowest ten tests into docs/guide/development.md.
+durations:
+	$(PY) -m tests.durations --docs
 
 # Style, types and package layers (configured in pyproject.toml); `make test` runs it first.
 lint: install

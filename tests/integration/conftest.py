@@ -42,7 +42,9 @@ def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
     """The test platform: every app on the tiny model, small KV cache, loopback only."""
     return {
         "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
-        "http": {"host": "127.0.0.1", "port": port},
+        # One machine: its HAProxy drops a stopping replica within a second, so each app
+        # deleted, rolled or scaled down here waits 2 s instead of Ray's 30.
+        "http": {"host": "127.0.0.1", "port": port, "replica_drain_s": 2},
         "ray": {
             "num_cpus": 8,
             "dashboard_port": dashboard_port,
@@ -51,6 +53,10 @@ def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
         "vllm": {
             "engine": {"kv_cache_memory_gb": 0.25, "max_num_seqs": 32},
             "args": {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"},
+            # Autoscaling on, with a target no test load reaches: one replica throughout, and
+            # test_config_apply changes its bounds in place (turning autoscaling on or off would
+            # be a rollout: Serve hashes whether a deployment autoscales into its code version).
+            "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_queue_depth": 1e4},
         },
     }
 

@@ -4,14 +4,14 @@ its own), while /health and the Prometheus endpoint stay open."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import openai
 import pytest
 
 from serving.config import PlatformConfig, parse_config
-from tests.integration.conftest import MODEL, Platform, extra_app
+from tests.integration.conftest import MODEL, Platform, extra_apps
 from tests.integration.fuzzing import fuzz_app
 
 PLATFORM_KEY = "sk-platform-test-key"
@@ -80,27 +80,35 @@ def check_analysis_app(http: httpx.Client, url: str) -> None:
     assert http.get(f"{url}/config", headers=bearer(ANALYSIS_KEY)).status_code == 200
 
 
+@pytest.fixture(scope="module")
+def keyed(platform: Platform) -> Iterator[PlatformConfig]:
+    """The three apps with keys, deployed once into the running platform for the module."""
+    config = keyed_config("/auth")
+    apps = [
+        (f"auth-{app}", getattr(config, app).route_prefix, builders()[app](config))
+        for app in builders()
+    ]
+    with extra_apps(apps):
+        yield config
+
+
 @pytest.mark.parametrize("app", ["vllm", "hf", "analysis"])
 def test_every_app_needs_a_key_but_health_and_metrics_stay_open(
-    platform: Platform, http: httpx.Client, app: str
+    platform: Platform, http: httpx.Client, keyed: PlatformConfig, app: str
 ) -> None:
-    config = keyed_config("/auth")
-    prefix = getattr(config, app).route_prefix
-    with extra_app(f"auth-{app}", prefix, builders()[app](config)):
-        url = f"{platform.url}{prefix}"
-        if app == "analysis":
-            check_analysis_app(http, url)
-        else:
-            check_openai_app(http, url)
-        assert httpx.get(platform.metrics_url, timeout=60).status_code == 200
+    url = f"{platform.url}{getattr(keyed, app).route_prefix}"
+    if app == "analysis":
+        check_analysis_app(http, url)
+    else:
+        check_openai_app(http, url)
+    assert httpx.get(platform.metrics_url, timeout=60).status_code == 200
 
 
-def test_fuzzing_without_a_key_gets_only_401(platform: Platform) -> None:
+def test_fuzzing_without_a_key_gets_only_401(platform: Platform, keyed: PlatformConfig) -> None:
     """Every generated request to a keyed app, valid or not, is refused before it is read."""
-    config = keyed_config("/authfuzz")
-    with extra_app("authfuzz-hf", config.hf.route_prefix, builders()["hf"](config)):
-        url = f"{platform.url}{config.hf.route_prefix}"
-        report = fuzz_app(url, FUZZ_EXAMPLES, schema_headers=bearer(PLATFORM_KEY))
+    report = fuzz_app(
+        f"{platform.url}{keyed.hf.route_prefix}", FUZZ_EXAMPLES, schema_headers=bearer(PLATFORM_KEY)
+    )
     print(f"fuzz hf without a key: {report.total} cases {dict(report.statuses)}")
     assert not report.problems
     assert report.statuses[401] == report.total - report.cases["GET /health"]

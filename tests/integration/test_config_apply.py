@@ -75,35 +75,29 @@ def test_max_replicas_applies_in_place_and_no_request_is_lost(
     platform: Platform, tmp_path: Path
 ) -> None:
     original = yaml.safe_load(platform.config_path.read_text())
-    scaled = copy.deepcopy(original)
-    # A target no test load reaches: the replica count stays 1, only the bound moves. Turning
-    # autoscaling on is itself a rollout (Serve hashes whether a deployment autoscales into its
-    # code version), done before the replica under test is picked.
-    scaled["vllm"]["autoscaling"] = {
-        "min_replicas": 1,
-        "max_replicas": 2,
-        "target_queue_depth": 1e4,
-    }
+    bounds = original["vllm"]["autoscaling"]  # on in the test platform, target out of reach
+    assert bounds["max_replicas"] == deployed_max_replicas(platform) == 2
+    replicas = vllm_replicas(platform)
+    assert len(replicas) == 1, replicas
+    raised = copy.deepcopy(original)
+    raised["vllm"]["autoscaling"]["max_replicas"] = 3
     load = SteadyLoad(f"{platform.url}/v1/completions")
     try:
-        apply(scaled, tmp_path / "max2.yaml")
-        assert deployed_max_replicas(platform) == 2
-        replicas = vllm_replicas(platform)
-        assert len(replicas) == 1, replicas
         started = time.monotonic()
-        scaled["vllm"]["autoscaling"]["max_replicas"] = 3
-        applied = apply(scaled, tmp_path / "max3.yaml")
+        applied = apply(raised, tmp_path / "max3.yaml")
         assert deployed_max_replicas(platform) == 3
         assert vllm_replicas(platform) == replicas, "a new max_replicas restarted the vLLM replica"
     finally:
         outcomes = load.stop()
         restored = run_cli("apply", "--config", str(platform.config_path), timeout=600)
     assert restored.returncode == 0, restored.stderr
+    assert deployed_max_replicas(platform) == 2
+    assert vllm_replicas(platform) == replicas, "restoring max_replicas restarted the replica"
     during = [o for sent, o in outcomes if started <= sent <= applied]
     print(
         f"\nmax_replicas 2 -> 3 applied in {applied - started:.1f}s with the same replica; "
-        f"{len(during)} requests sent meanwhile, {len(outcomes)} in all (autoscaling on and "
-        f"off included): {sorted({o.kind for _, o in outcomes})}"
+        f"{len(during)} requests sent meanwhile, {len(outcomes)} in all (the restore included): "
+        f"{sorted({o.kind for _, o in outcomes})}"
     )
     assert len(during) >= 3, "too few requests overlapped the change to show anything"
     assert all(o.kind == "completed" and o.tokens == BODY["max_tokens"] for _, o in outcomes), [

@@ -1,6 +1,8 @@
 """schemathesis against each app's OpenAPI document on the running platform (real Serve, vLLM,
 transformers, analysis model): no 5xx, every error in the OpenAI shape, and the replica still
-serves a normal request afterwards. Cases per operation and mode: LLM_SERVING_FUZZ_EXAMPLES."""
+serves a normal request afterwards. `make test` sends a fixed budget of cases per operation and
+mode with a fixed seed; `make fuzz` the full budget (LLM_SERVING_FUZZ=full), or set
+LLM_SERVING_FUZZ_EXAMPLES, and LLM_SERVING_FUZZ_SEED for other cases."""
 
 from __future__ import annotations
 
@@ -12,9 +14,13 @@ import pytest
 from tests.integration.conftest import Platform
 from tests.integration.fuzzing import FuzzReport, fuzz_app
 
-# (app, route prefix, serves the OpenAI routes, cases per operation and generation mode): a few
-# hundred cases per app; analysis cases cost most (a forward pass with attention weights each).
-APPS = [("vllm", "", True, 40), ("hf", "/hf", True, 40), ("analysis", "/analysis", False, 25)]
+# (app, route prefix, serves the OpenAI routes, cases per operation and generation mode in
+# `make test`, in `make fuzz`): analysis cases cost most (a forward pass with attention weights).
+APPS = [
+    ("vllm", "", True, 10, 40),
+    ("hf", "/hf", True, 10, 40),
+    ("analysis", "/analysis", False, 6, 25),
+]
 # vLLM's app serves every route of `vllm serve`; the platform promises the OpenAI shape on the
 # OpenAI and tokenizer routes. (Its Anthropic routes answer in Anthropic's error shape, and its
 # structured-decision route 501 for a model without that API, as under `vllm serve`.)
@@ -23,6 +29,7 @@ FUZZED_PATHS = {
         {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize"}
     )
 }
+FULL = os.environ.get("LLM_SERVING_FUZZ") == "full"
 OVERRIDE = os.environ.get("LLM_SERVING_FUZZ_EXAMPLES")  # e.g. 200 for a longer run
 
 
@@ -45,7 +52,7 @@ def still_serves(http: httpx.Client, prefix: str, openai_routes: bool, model: st
 
 
 @pytest.mark.parametrize(
-    ("app", "prefix", "openai_routes", "examples"), APPS, ids=[a[0] for a in APPS]
+    ("app", "prefix", "openai_routes", "quick", "full"), APPS, ids=[a[0] for a in APPS]
 )
 def test_fuzzed_app_answers_4xx_in_openai_shape_and_keeps_serving(
     platform: Platform,
@@ -53,9 +60,10 @@ def test_fuzzed_app_answers_4xx_in_openai_shape_and_keeps_serving(
     app: str,
     prefix: str,
     openai_routes: bool,
-    examples: int,
+    quick: int,
+    full: int,
 ) -> None:
-    examples = int(OVERRIDE or examples)
+    examples = int(OVERRIDE or (full if FULL else quick))
     served = platform.model if openai_routes else None
     report = fuzz_app(
         f"{platform.url}{prefix}", examples, served_model=served, paths=FUZZED_PATHS.get(app)

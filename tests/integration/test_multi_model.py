@@ -40,7 +40,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The example's OpenAI base URL while it runs (its own Ray head, before the shared one)."""
     config = yaml.safe_load(EXAMPLE.read_text())
     port = free_port()
-    config["http"] = {"port": port}
+    config["http"] = {"port": port, "replica_drain_s": 2}  # one machine (see conftest)
     config["ray"] = {"dashboard_port": free_port(), "metrics_export_port": METRICS_PORT}
     config["auth"] = {"api_keys": [KEY]}
     for entry in config["models"]:  # the cache this run uses ($LLM_SERVING_CACHE), not ~/.cache
