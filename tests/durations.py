@@ -106,6 +106,19 @@ def report(document: dict) -> str:
     )
 
 
+def comparison(before: dict, after: dict) -> str:
+    """Seconds per kind and per module, before and after a change (both records)."""
+    sections = []
+    for title, key in (("kind", kind), ("module", lambda n: n.split("::")[0])):
+        old = {name: s for name, _, s in grouped(before["tests"], key)}
+        new = {name: s for name, _, s in grouped(after["tests"], key)}
+        rows = [(name, old.get(name, 0.0), new.get(name, 0.0)) for name in {*old, *new}]
+        rows.sort(key=lambda row: -max(row[1], row[2]))
+        sections.append(table((title, f"{before['date']} s", f"{after['date']} s"), rows))
+    walls = ("pytest wall", before["wall_s"], after["wall_s"])
+    return "\n\n".join([table(("", "before s", "after s"), [walls]), *sections])
+
+
 def slowest_block(document: dict) -> str:
     rows = [(f"`{nodeid}`", s) for nodeid, s in slowest(document["tests"])]
     return (
@@ -127,11 +140,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("record", nargs="?", type=Path, default=RECORD)
     parser.add_argument("--docs", action="store_true", help=f"write the slowest ten into {DOCS}")
+    parser.add_argument("--before", type=Path, help="an earlier record: print both side by side")
     args = parser.parse_args()
-    if not args.record.exists():
-        raise SystemExit(f"error: no {args.record}: run `make test` (or pytest) first")
+    for path in (args.record, args.before):
+        if path is not None and not path.exists():
+            raise SystemExit(f"error: no {path}: run `make test` (or pytest) first")
     document = json.loads(args.record.read_text())
     print(report(document))
+    if args.before:
+        print("\n" + comparison(json.loads(args.before.read_text()), document))
     if args.docs:
         write_docs(document)
 
