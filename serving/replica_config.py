@@ -92,18 +92,39 @@ class AutoscalingSettings(StrictModel):
     look_back_period_s: float = Field(
         3.0, gt=0, description="Window the autoscaler averages the queue over."
     )
+    initial_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="Replicas a new deployment starts with, a new RayCluster's included (the "
+        "LLMService operator sets the live count when a change builds one). Serve also resets a "
+        "running deployment to it on every change of its options, so leave it unset otherwise; "
+        "unset: min_replicas, or 1 when min_replicas is 0.",
+    )
 
     @model_validator(mode="after")
     def _check_bounds(self) -> AutoscalingSettings:
         if self.min_replicas > self.max_replicas:
             raise ValueError("min_replicas must not exceed max_replicas")
+        initial = self.initial_replicas
+        if initial is not None and not self.min_replicas <= initial <= self.max_replicas:
+            raise ValueError("initial_replicas must lie between min_replicas and max_replicas")
         return self
+
+    def start_replicas(self) -> int | None:
+        """Serve's `initial_replicas`. Serve resets a deployment to it whenever the deployment's
+        options change (autoscaling_state.register), so a default one would drop a 4-replica
+        deployment to 1 on an in-place change: it is written only when set, or to start a
+        scale-to-zero deployment with one replica (which such a change then resets to 1)."""
+        if self.initial_replicas is not None:
+            return self.initial_replicas
+        return 1 if self.min_replicas == 0 else None
 
     def serve_options(self) -> dict[str, Any]:
         """Ray Serve's `autoscaling_config`."""
+        initial = self.start_replicas()
         return {
             "min_replicas": self.min_replicas,
-            "initial_replicas": max(self.min_replicas, 1),
+            **({"initial_replicas": initial} if initial is not None else {}),
             "max_replicas": self.max_replicas,
             "target_ongoing_requests": self.target_queue_depth,
             "upscale_delay_s": self.upscale_delay_s,

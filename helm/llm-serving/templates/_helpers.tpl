@@ -137,7 +137,12 @@ here restarts the app's replicas; anything else leaves them running.
 {{- with dig "autoscaling" nil $app -}}
 {{- $a := $d.autoscaling -}}
 {{- $min := dig "min_replicas" $a.min_replicas . -}}
-{{- $_ = set $opts "autoscaling_config" (dict "min_replicas" $min "initial_replicas" (max $min 1) "max_replicas" (dig "max_replicas" $a.max_replicas .) "target_ongoing_requests" (dig "target_queue_depth" $a.target_queue_depth .) "upscale_delay_s" (dig "upscale_delay_s" $a.upscale_delay_s .) "downscale_delay_s" (dig "downscale_delay_s" $a.downscale_delay_s .) "look_back_period_s" (dig "look_back_period_s" $a.look_back_period_s .) "metrics_interval_s" (dig "metrics_interval_s" $a.metrics_interval_s .)) -}}
+{{- $scaling := dict "min_replicas" $min "max_replicas" (dig "max_replicas" $a.max_replicas .) "target_ongoing_requests" (dig "target_queue_depth" $a.target_queue_depth .) "upscale_delay_s" (dig "upscale_delay_s" $a.upscale_delay_s .) "downscale_delay_s" (dig "downscale_delay_s" $a.downscale_delay_s .) "look_back_period_s" (dig "look_back_period_s" $a.look_back_period_s .) "metrics_interval_s" (dig "metrics_interval_s" $a.metrics_interval_s .) -}}
+{{- /* AutoscalingSettings.start_replicas: Serve resets a deployment to initial_replicas on every change of its options, so only when set, or 1 to start a scale-to-zero deployment. */ -}}
+{{- $initial := dig "initial_replicas" nil . -}}
+{{- if kindIs "invalid" $initial -}}{{- if eq (int $min) 0 -}}{{- $initial = 1 -}}{{- end -}}{{- end -}}
+{{- if not (kindIs "invalid" $initial) -}}{{- $_ = set $scaling "initial_replicas" $initial -}}{{- end -}}
+{{- $_ = set $opts "autoscaling_config" $scaling -}}
 {{- else -}}
 {{- $_ = set $opts "num_replicas" (dig "num_replicas" $r.num_replicas $app) -}}
 {{- end -}}
