@@ -14,7 +14,7 @@ import httpx
 import kopf
 
 from operators import kube, render, status
-from operators.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
+from operators.spec import GROUP, PLURAL, VERSION, LLMServiceSpec, SpecError, parse_spec
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 # How often the status follows the RayService and the metrics (and a deleted RayService returns).
@@ -65,12 +65,28 @@ def apply_network_policy(
         memo.network_policies.apply(desired, owner_uid=uid)
 
 
-def _apply(name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo) -> None:
+def live_replicas(name: str, namespace: str, spec: LLMServiceSpec) -> dict[str, int]:
+    """Healthy vLLM replicas per Serve app of the running service (empty when unreadable)."""
+    url = status.metrics_url(name, namespace)
+    return status.read_live_replicas(url, fetch_text, status.vllm_apps(spec.platform))
+
+
+def _apply(
+    name: str,
+    namespace: str,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    follow_live: bool = True,
+) -> None:
+    """Render and apply. `follow_live`: a change that builds a new RayCluster starts it at the
+    replicas serving now (render.starting_at_live_replicas), read from the live service."""
     meta, old = body.get("metadata", {}), body.get("status", {}).get("conditions", [])
     generation = meta.get("generation")
     try:
         spec = parse_spec(dict(body.get("spec") or {}))
-        desired, policy = render.render_owned(name, namespace, spec, owner=dict(body))
+        live = live_replicas(name, namespace, spec) if follow_live else {}
+        desired, policy = render.render_owned(name, namespace, spec, owner=dict(body), live=live)
         # The policy first: Ray pods never run unguarded.
         apply_network_policy(name, namespace, policy, meta.get("uid"), memo)
         action, current = memo.ray_services.apply(desired, owner_uid=meta.get("uid"))
@@ -143,8 +159,8 @@ def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> Non
         if changes:
             patch.status.update(changes)
         return
-    if rayservice is None:
-        _apply(name, namespace, body, patch, memo)
+    if rayservice is None:  # recreated: no cluster serves, so none to start from
+        _apply(name, namespace, body, patch, memo, follow_live=False)
         return
     if body["metadata"]["uid"] not in kube.owner_uids(rayservice):
         return  # another object's RayService: the RayServiceConflict condition stays

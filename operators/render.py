@@ -17,10 +17,12 @@ RayService and its NetworkPolicy is switched off."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, SpecError, parse_spec
 from serving import apps as registry
+from serving.config import VLLMReplicaSettings
 from serving.k8s import chart
 from serving.k8s.serve_config import vllm_deployments
 
@@ -85,13 +87,17 @@ def exactly(default: Any, desired: Any) -> Any:
     return nulled | {key: exactly(default.get(key), value) for key, value in desired.items()}
 
 
+LATEST_PULL = {"latest": {"pullPolicy": "Always"}}
+
+
 def image_values(image: str) -> Doc:
     """Split at the tag's colon (not a registry port's), so the chart's `repository:tag` is the
-    image as written; no tag means `latest`, as Kubernetes reads it."""
+    image as written. No tag means `latest`, which is pulled `Always`, as Kubernetes defaults it:
+    the chart's IfNotPresent would keep each node's first `latest` for good."""
     repository, colon, tag = image.rpartition(":")
     if not colon or "/" in tag:
-        return {"repository": image, "tag": "latest"}
-    return {"repository": repository, "tag": tag}
+        repository, tag = image, "latest"
+    return {"repository": repository, "tag": tag} | LATEST_PULL.get(tag, {})
 
 
 def needs_cpu_group(spec: LLMServiceSpec) -> bool:
@@ -154,10 +160,35 @@ def network_policy_values(spec: LLMServiceSpec, defaults: Doc) -> Doc:
     return {"enabled": True, "metricsFrom": [*defaults["metricsFrom"], OPERATOR_PEER]}
 
 
-def chart_values(name: str, spec: LLMServiceSpec, defaults: Doc) -> Doc:
-    """The chart values that render the LLMService's RayService; `defaults` are the chart's. The
-    platform goes as written (the apps read their part as `args`), none of the chart's added."""
+def starting_at_live_replicas(spec: LLMServiceSpec, live: Mapping[str, int]) -> Doc:
+    """The platform as written, each autoscaled vLLM deployment starting at the replicas serving
+    now (`live`: healthy replicas per Serve app). A change that builds a new RayCluster then starts
+    it at today's capacity, not at min_replicas: KubeRay switches traffic to it as soon as its apps
+    are RUNNING. Counts at or below min_replicas add nothing; an initial_replicas written wins."""
+    config = spec.platform
     written = spec.platform.model_dump(mode="json", exclude_unset=True)
+    sections: list[tuple[str, VLLMReplicaSettings, Doc]] = [
+        ("vllm", config.vllm, written.get("vllm", {}))
+    ]
+    if config.models:
+        sections = [(e.app_name, e, written["models"][i]) for i, e in enumerate(config.models)]
+    for app, settings, section in sections:
+        scaling = settings.autoscaling
+        if scaling is None or scaling.initial_replicas is not None or not config.vllm.enabled:
+            continue
+        count = min(live.get(app, 0), scaling.max_replicas)
+        if count > scaling.min_replicas:
+            section["autoscaling"]["initial_replicas"] = count
+    return written
+
+
+def chart_values(
+    name: str, spec: LLMServiceSpec, defaults: Doc, live: Mapping[str, int] | None = None
+) -> Doc:
+    """The chart values that render the LLMService's RayService; `defaults` are the chart's. The
+    platform goes as written (the apps read their part as `args`), none of the chart's added,
+    except where the vLLM deployments start (`starting_at_live_replicas`)."""
+    written = starting_at_live_replicas(spec, live or {})
     return {
         "fullnameOverride": name,
         "image": image_values(spec.image),
@@ -204,13 +235,17 @@ def network_policy_name(name: str) -> str:
 
 
 def render_owned(
-    name: str, namespace: str, spec: LLMServiceSpec | Doc, owner: Doc | None = None
+    name: str,
+    namespace: str,
+    spec: LLMServiceSpec | Doc,
+    owner: Doc | None = None,
+    live: Mapping[str, int] | None = None,
 ) -> tuple[Doc, Doc | None]:
     """The RayService an LLMService owns and its NetworkPolicy (None with networkPolicy off);
     raises SpecError on an invalid spec, or with Helm's message when the chart refuses the
-    values (its schema, its validation)."""
+    values (its schema, its validation). `live`: healthy replicas per vLLM app now."""
     typed = spec if isinstance(spec, LLMServiceSpec) else parse_spec(spec)
-    values = chart_values(name, typed, chart_defaults())
+    values = chart_values(name, typed, chart_defaults(), live)
     try:
         docs = chart.render_documents(values, release=name, namespace=namespace)
     except chart.RenderError as err:

@@ -89,6 +89,25 @@ def load_from_metrics(text: str, apps: tuple[str, ...] = (VLLM_APP,)) -> Platfor
     return PlatformLoad(queue, None if replicas is None else int(replicas))
 
 
+def live_replicas(text: str, apps: tuple[str, ...]) -> dict[str, int]:
+    """Healthy replicas of each vLLM application now (Serve's gauge, one sample per replica)."""
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            app = sample.labels.get("application")
+            if sample.name == SERVE_REPLICA_HEALTHY and app in apps:
+                counts[app] = counts.get(app, 0) + int(sample.value)
+    return counts
+
+
+def read_live_replicas(url: str, fetch: Fetch, apps: tuple[str, ...]) -> dict[str, int]:
+    """Empty when the endpoint cannot be read (a first create, a head down): nothing is known."""
+    try:
+        return live_replicas(fetch(url), apps)
+    except Exception:  # noqa: BLE001 - any network or parse failure means "unknown", not a crash
+        return {}
+
+
 def read_load(url: str, fetch: Fetch, apps: tuple[str, ...] = (VLLM_APP,)) -> PlatformLoad | None:
     """None when the endpoint cannot be read: the status keeps saying so instead of failing."""
     try:

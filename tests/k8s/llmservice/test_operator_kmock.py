@@ -111,6 +111,36 @@ async def test_spec_change_patches_the_rayservice(k8s: Any, operator: Any) -> No
     assert len(k8s.objects[RAYSERVICES, NAMESPACE, name].history) >= 2  # patched, not recreated
 
 
+async def test_a_new_cluster_starts_at_the_live_replicas(k8s: Any, operator: Any) -> None:
+    """An image change builds a new RayCluster (KubeRay hashes the pod template): its vLLM app
+    starts at the 3 replicas serving now. Failed before: it started at min_replicas (1), and
+    KubeRay switched a 3-replica service's traffic to 1 replica."""
+    healthy = "ray_serve_deployment_replica_healthy"
+    samples = "".join(
+        f'{healthy}{{application="vllm",deployment="VLLMServer",replica="{r}"}} 1.0\n'
+        for r in "abc"
+    )
+    k8s["get /metrics/default/scaled"] << f"# TYPE {healthy} gauge\n{samples}".encode()
+    await create(k8s, llmservice("scaled", copy.deepcopy(example()["spec"])))
+    await eventually(lambda: obj(k8s, RAYSERVICES, "scaled"), what="the RayService")
+
+    await patch(
+        k8s, "scaled", {"metadata": {"generation": 2}, "spec": {"image": "llm-serving:next"}}
+    )
+
+    def vllm_scaling() -> dict[str, Any]:
+        spec = obj(k8s, RAYSERVICES, "scaled")["spec"]
+        head = spec["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        assert head["image"] == "llm-serving:next"
+        (app,) = [
+            a for a in yaml.safe_load(spec["serveConfigV2"])["applications"] if a["name"] == "vllm"
+        ]
+        return app["deployments"][0]["autoscaling_config"]
+
+    scaling = await eventually(vllm_scaling, what="the new image")
+    assert (scaling["min_replicas"], scaling["initial_replicas"]) == (1, 3)
+
+
 async def test_network_policy_is_owned_and_follows_the_spec(k8s: Any, operator: Any) -> None:
     body = example()
     name = body["metadata"]["name"]

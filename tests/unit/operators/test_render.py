@@ -41,13 +41,18 @@ def test_exactly_survives_helms_coalescing(
     assert coalesce(default, render.exactly(default, desired)) == desired
 
 
+LATEST = {"tag": "latest", "pullPolicy": "Always"}
+
+
 @pytest.mark.parametrize(
     ("image", "values"),
     [
         ("llm-serving-gpu:0.1.0", {"repository": "llm-serving-gpu", "tag": "0.1.0"}),
         ("registry:5000/team/llm:1", {"repository": "registry:5000/team/llm", "tag": "1"}),
-        ("registry:5000/team/llm", {"repository": "registry:5000/team/llm", "tag": "latest"}),
-        ("llm", {"repository": "llm", "tag": "latest"}),
+        # Failed before: `latest` with the chart's IfNotPresent (a node kept its first pull).
+        ("registry:5000/team/llm", {"repository": "registry:5000/team/llm", **LATEST}),
+        ("llm", {"repository": "llm", **LATEST}),
+        ("llm:latest", {"repository": "llm", **LATEST}),
         ("llm@sha256:abc", {"repository": "llm@sha256", "tag": "abc"}),
     ],
 )
@@ -77,3 +82,49 @@ def test_only_gpu_services_with_cpu_apps_need_the_cpu_group() -> None:
     gpu_only = off | {"vllm": {"resources": {"accelerator": "gpu"}, "num_replicas": 1}}
     assert not render.needs_cpu_group(parse_spec({"image": "i", "platform": gpu_only}))
     assert not render.needs_cpu_group(parse_spec({"image": "i", "gpusPerReplica": 0}))
+
+
+SCALED = {
+    "image": "i",
+    "platform": {"vllm": {"autoscaling": {"min_replicas": 1, "max_replicas": 4}}},
+}
+
+
+def test_a_new_cluster_starts_at_the_live_replicas() -> None:
+    """Failed before (no such step): the new RayCluster of an upgrade started at min_replicas."""
+    written = render.starting_at_live_replicas(parse_spec(SCALED), {"vllm": 3})
+    assert written["vllm"]["autoscaling"] == {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "initial_replicas": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("live", "expected"),
+    [({}, None), ({"vllm": 1}, None), ({"vllm": 9}, 4), ({"hf": 3}, None)],
+)
+def test_live_replicas_within_the_bounds_only(live: dict[str, int], expected: int | None) -> None:
+    written = render.starting_at_live_replicas(parse_spec(SCALED), live)
+    assert written["vllm"]["autoscaling"].get("initial_replicas") == expected
+
+
+def test_each_model_starts_at_its_own_live_replicas() -> None:
+    scaling = {"min_replicas": 1, "max_replicas": 3}
+    models = [
+        {"name": "a", "model": {"ref": "tiny-qwen2"}, "autoscaling": scaling},
+        {"name": "b", "model": {"ref": "tiny-qwen2"}, "autoscaling": scaling},
+    ]
+    spec = parse_spec({"image": "i", "platform": {"models": models}})
+    written = render.starting_at_live_replicas(spec, {"vllm-a": 2, "vllm-b": 1, "vllm": 5})
+    starts = [m["autoscaling"].get("initial_replicas") for m in written["models"]]
+    assert starts == [2, None]
+
+
+def test_an_initial_replicas_written_wins() -> None:
+    spec = {
+        "image": "i",
+        "platform": {"vllm": {"autoscaling": {"max_replicas": 4, "initial_replicas": 2}}},
+    }
+    written = render.starting_at_live_replicas(parse_spec(spec), {"vllm": 4})
+    assert written["vllm"]["autoscaling"]["initial_replicas"] == 2

@@ -121,3 +121,23 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
         "Progressing": "2026-01-03T00:00:00Z",
         "Degraded": "2026-01-03T00:00:00Z",
     }
+
+
+def test_live_replicas_count_each_vllm_app_on_its_own() -> None:
+    healthy = status.SERVE_REPLICA_HEALTHY
+    text = (
+        f"# TYPE {healthy} gauge\n"
+        f'{healthy}{{application="vllm-a",deployment="VLLMServer",replica="1"}} 1.0\n'
+        f'{healthy}{{application="vllm-a",deployment="VLLMServer",replica="2"}} 1.0\n'
+        f'{healthy}{{application="vllm-a",deployment="VLLMServer",replica="3"}} 0.0\n'
+        f'{healthy}{{application="vllm-b",deployment="VLLMServer",replica="4"}} 1.0\n'
+        f'{healthy}{{application="hf",deployment="HFServer",replica="5"}} 1.0\n'
+    )
+    assert status.live_replicas(text, ("vllm-a", "vllm-b")) == {"vllm-a": 2, "vllm-b": 1}
+
+
+def test_unreadable_metrics_mean_no_live_replicas() -> None:
+    def unreachable(url: str) -> str:
+        raise OSError("connection refused")
+
+    assert status.read_live_replicas("http://127.0.0.1:9/metrics", unreachable, ("vllm",)) == {}
