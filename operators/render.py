@@ -182,6 +182,13 @@ def starting_at_live_replicas(spec: LLMServiceSpec, live: Mapping[str, int]) -> 
     return written
 
 
+def ray_values(spec: LLMServiceSpec) -> Doc:
+    ray: Doc = {"upgradeStrategy": spec.upgrade_strategy, "auth": {"mode": spec.ray_auth}}
+    if spec.incremental_upgrade is not None:
+        ray["incrementalUpgrade"] = spec.incremental_upgrade.model_dump(by_alias=True)
+    return ray
+
+
 def chart_values(
     name: str, spec: LLMServiceSpec, defaults: Doc, live: Mapping[str, int] | None = None
 ) -> Doc:
@@ -194,7 +201,7 @@ def chart_values(
         "image": image_values(spec.image),
         "imagePullSecrets": [secret.model_dump() for secret in spec.pods.image_pull_secrets],
         "serviceAccount": {"create": False, "name": ""},  # pods run as the namespace's default
-        "ray": {"upgradeStrategy": spec.upgrade_strategy, "auth": {"mode": spec.ray_auth}},
+        "ray": ray_values(spec),
         "platform": exactly(defaults["platform"], written),
         "workers": workers_values(spec, defaults["workers"]),
         "networkPolicy": network_policy_values(spec, defaults["networkPolicy"]),

@@ -71,6 +71,27 @@ class LocalObjectReference(CamelModel):
     name: str = Field(min_length=1, description="Name of the object in the same namespace.")
 
 
+class IncrementalUpgrade(CamelModel):
+    """KubeRay's clusterUpgradeOptions (the chart's ray.incrementalUpgrade)."""
+
+    gateway_class_name: str = Field(
+        alias="gatewayClassName",
+        min_length=1,
+        description="GatewayClass of the Gateway KubeRay creates (a Gateway API controller).",
+    )
+    step_size_percent: int = Field(
+        25, ge=1, le=100, alias="stepSizePercent", description="Traffic moved per step, percent."
+    )
+    interval_seconds: int = Field(30, ge=1, alias="intervalSeconds", description="Between steps.")
+    max_surge_percent: int = Field(
+        100,
+        ge=1,
+        le=100,
+        alias="maxSurgePercent",
+        description="Most capacity added per step, percent of the old cluster's.",
+    )
+
+
 class Toleration(CamelModel):
     """A Kubernetes toleration (core/v1 Toleration)."""
 
@@ -192,6 +213,24 @@ class LLMServiceSpec(CamelModel):
         "(image, resources, pods, worker bounds) is applied. NewCluster: a second RayCluster "
         "takes over once its apps serve (zero downtime, twice the resources meanwhile).",
     )
+
+    incremental_upgrade: IncrementalUpgrade | None = Field(
+        None,
+        alias="incrementalUpgrade",
+        description="With upgradeStrategy NewClusterWithIncrementalUpgrade (KubeRay >= 1.7, a "
+        "Gateway API controller): traffic moves to the new cluster in steps while it scales up.",
+    )
+
+    @model_validator(mode="after")
+    def _check_incremental_upgrade(self) -> LLMServiceSpec:
+        if self.upgrade_strategy == "NewClusterWithIncrementalUpgrade" and not (
+            self.incremental_upgrade
+        ):
+            raise ValueError(
+                "upgradeStrategy NewClusterWithIncrementalUpgrade needs incrementalUpgrade "
+                "(at least gatewayClassName: the GatewayClass of your Gateway API controller)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_no_inline_keys(self) -> LLMServiceSpec:

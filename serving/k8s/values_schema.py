@@ -105,6 +105,10 @@ def integer(minimum: int | None = None) -> Schema:
 BOOL: Schema = {"type": "boolean"}
 
 
+def percent() -> Schema:
+    return {"type": "integer", "minimum": 1, "maximum": 100}
+
+
 def pod_placement() -> dict[str, Schema]:
     return {
         "nodeSelector": STRING_MAP,
@@ -196,6 +200,14 @@ def chart_values() -> dict[str, Schema]:
             {
                 "version": string(pattern=r"^(\d+\.\d+\.\d+)?$"),
                 "upgradeStrategy": {"enum": list(get_args(UpgradeStrategy))},
+                "incrementalUpgrade": closed(
+                    {
+                        "gatewayClassName": string(),
+                        "stepSizePercent": percent(),
+                        "intervalSeconds": integer(1),
+                        "maxSurgePercent": percent(),
+                    }
+                ),
                 "auth": closed(
                     {"mode": {"enum": list(get_args(RayAuthMode))}, "secretName": string()}
                 ),

@@ -318,3 +318,19 @@ def test_operator_pods_carry_the_label_policies_let_in() -> None:
         "resources": ["networkpolicies"],
         "verbs": ["get", "create", "patch", "delete"],
     } in role["rules"]
+
+
+def test_incremental_upgrade_reaches_the_rayservice() -> None:
+    """Failed before: an LLMService could ask for NewClusterWithIncrementalUpgrade but not give
+    its options, so the chart rendered a RayService KubeRay refuses."""
+    options = {"gatewayClassName": "istio", "stepSizePercent": 20}
+    given = spec(upgradeStrategy="NewClusterWithIncrementalUpgrade", incrementalUpgrade=options)
+    strategy = render_rayservice("qwen", "ns", given)["spec"]["upgradeStrategy"]
+    assert strategy["clusterUpgradeOptions"] == {
+        "gatewayClassName": "istio",
+        "stepSizePercent": 20,
+        "intervalSeconds": 30,
+        "maxSurgePercent": 100,
+    }
+    with pytest.raises(SpecError, match="needs incrementalUpgrade"):
+        parse_spec(spec(upgradeStrategy="NewClusterWithIncrementalUpgrade"))

@@ -9,6 +9,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- $messages = append $messages (include "llm-serving.validate.platformRules" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.gpuGroup" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.someWorkers" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.cpuGroup" .) -}}
 {{- range $key := list "gpu" "cpu" -}}
 {{- $messages = append $messages (include "llm-serving.validate.groupBounds" (dict "key" $key "group" (get $.Values.workers $key))) -}}
 {{- end -}}
@@ -19,6 +20,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- if and (eq .Values.ray.auth.mode "token") (semverCompare "<2.52.0" $rayVersion) -}}
 {{- $messages = append $messages (printf "ray.auth.mode: token needs Ray >= 2.52.0 in the image, but ray.version is %s (KubeRay would refuse the RayService). Use an image with a newer Ray, or set ray.auth.mode=disabled." $rayVersion) -}}
 {{- end -}}
+{{- $messages = append $messages (include "llm-serving.validate.incrementalUpgrade" .) -}}
 {{- if and .Values.ray.gcsFaultTolerance.enabled (not .Values.ray.gcsFaultTolerance.redisAddress) -}}
 {{- $messages = append $messages "ray.gcsFaultTolerance: enabled without a redisAddress. Set ray.gcsFaultTolerance.redisAddress (e.g. redis://redis:6379)." -}}
 {{- end -}}
@@ -202,4 +204,22 @@ readable on the Ray dashboard (serving.k8s.serve_config.inline_key_settings, for
 {{- $problems = append $problems (printf "platform.analysis.auth.api_keys: %s Give the analysis app the variable platform.analysis.auth.api_keys_env from a Secret through extraEnv (or share the platform's keys: apiKeys.existingSecret), and remove platform.analysis.auth.api_keys." $refused) -}}
 {{- end -}}
 {{- join "\n- " $problems -}}
+{{- end -}}
+
+{{/* KubeRay's own checks of clusterUpgradeOptions (utils/validation.go), at install time. */}}
+{{- define "llm-serving.validate.incrementalUpgrade" -}}
+{{- if eq .Values.ray.upgradeStrategy "NewClusterWithIncrementalUpgrade" -}}
+{{- $problems := list -}}
+{{- $o := .Values.ray.incrementalUpgrade -}}
+{{- if not $o.gatewayClassName -}}
+{{- $problems = append $problems "ray.incrementalUpgrade.gatewayClassName: NewClusterWithIncrementalUpgrade routes traffic through a Gateway KubeRay creates; set the GatewayClass of your Gateway API controller (e.g. istio, eg), or use ray.upgradeStrategy=NewCluster." -}}
+{{- end -}}
+{{- if not .Values.autoscaler.enabled -}}
+{{- $problems = append $problems "autoscaler.enabled: NewClusterWithIncrementalUpgrade needs Ray's autoscaler (KubeRay refuses it without); set autoscaler.enabled=true or use ray.upgradeStrategy=NewCluster." -}}
+{{- end -}}
+{{- if gt (int $o.stepSizePercent) (int $o.maxSurgePercent) -}}
+{{- $problems = append $problems (printf "ray.incrementalUpgrade: stepSizePercent (%d) must not exceed maxSurgePercent (%d)." (int $o.stepSizePercent) (int $o.maxSurgePercent)) -}}
+{{- end -}}
+{{- join "\n- " $problems -}}
+{{- end -}}
 {{- end -}}
