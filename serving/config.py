@@ -12,8 +12,8 @@ from pydantic import Field, ValidationError, model_validator
 
 from serving.access_config import AuthConfig, RequestLimits
 from serving.apps import App, apps_of
+from serving.ray_config import HTTPConfig, RayConfig
 from serving.replica_config import (
-    AutoscalingSettings,
     BackpressureSettings,
     ReplicaResources,
     ReplicaScaling,
@@ -221,37 +221,6 @@ class AnalysisDeploymentConfig(StrictModel):
     )
 
 
-class HTTPConfig(StrictModel):
-    host: str = Field("127.0.0.1", description="Address the Serve HTTP proxy binds.")
-    port: int = Field(8000, gt=0, lt=65536, description="Port of the Serve HTTP proxy.")
-    ingress: Literal["haproxy", "proxy"] = Field(
-        "haproxy",
-        description="haproxy: Ray's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY) sends HTTP "
-        "straight to the replicas' own HTTP servers, which then bind every interface (vLLM's "
-        "app at plain vLLM's speed). proxy: Serve's Python HTTP proxy forwards each request and "
-        "each streamed chunk to a replica through Ray.",
-    )
-    replica_drain_s: float = Field(
-        30.0,
-        ge=0,
-        description="haproxy: how long a stopping replica still takes new connections, so that "
-        "every HAProxy drops it before it closes (RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, "
-        "Ray's 30 s); its open requests then finish within graceful_shutdown_timeout_s. Also how "
-        "long deleting an app or `down` waits. One machine's HAProxy follows within a second.",
-    )
-
-
-class RayConfig(StrictModel):
-    num_cpus: int = Field(
-        8, gt=0, description="Logical CPUs of the local Ray head; enough for every replica."
-    )
-    dashboard_host: str = Field("127.0.0.1", description="Address the Ray dashboard binds.")
-    dashboard_port: int = Field(8265, gt=0, lt=65536, description="Port of the Ray dashboard.")
-    metrics_export_port: int = Field(
-        8080, gt=0, lt=65536, description="Port of the node's Prometheus endpoint (Ray metrics)."
-    )
-
-
 class PlatformConfig(StrictModel):
     model: ModelConfig = Field(
         default_factory=ModelConfig, description="The model every app serves."
@@ -346,44 +315,6 @@ class PlatformConfig(StrictModel):
         if len(set(prefixes.values())) != len(prefixes):
             raise ValueError(f"route prefixes must differ: {prefixes}")
         return self
-
-
-# Environment of every Ray process whatever the config (the chart reads it from its generated
-# tables): metrics reach Prometheus every 2 s instead of Ray's 10 s, and a replica killed by
-# SIGKILL (OOM killer, crash), which cannot stop vLLM's engine-core child itself, has it killed by
-# the raylet (made subreaper), which frees its memory.
-RAY_STATIC_ENV = {
-    "RAY_metrics_report_interval_ms": "2000",
-    "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
-}
-
-
-def ray_env(config: PlatformConfig) -> dict[str, str]:
-    """Environment of every Ray process (local head, chart pods): the ingress and how long its
-    replicas drain, how fast queues are reported (the fastest autoscaled deployment's interval,
-    each model's included).
-    Serve will read its push intervals from these variables (Ray 2.60 still takes each
-    deployment's `metrics_interval_s`, which `AutoscalingSettings.serve_options` sets too)."""
-    deployments = [getattr(config, app.name) for app in apps_of(config) if app.scaled]
-    deployments += config.models
-    intervals = [d.autoscaling.metrics_interval_s for d in deployments if d.autoscaling]
-    # Apps deployed later (or by hand) get the default: cheap, and the autoscaler reacts fast.
-    # `g` writes the float as Helm's toString does (1 -> "1"), so the chart computes the same.
-    push_s = format(min(intervals, default=AutoscalingSettings().metrics_interval_s), "g")
-    ingress = {}
-    if config.http.ingress == "haproxy":
-        ingress = {
-            "RAY_SERVE_ENABLE_HA_PROXY": "1",
-            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": format(
-                config.http.replica_drain_s, "g"
-            ),
-        }
-    return {
-        **ingress,
-        "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
-        "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": push_s,
-        **RAY_STATIC_ENV,
-    }
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from serving import apps as registry
-from serving.config import PlatformConfig, ray_env
+from serving.config import PlatformConfig
 from serving.k8s.serve_config import serve_config
 from serving.models import cache_root
 from serving.ray_access import (
@@ -32,6 +32,7 @@ from serving.ray_access import (
     single_machine,
     use_token_auth,
 )
+from serving.ray_env import ray_env
 
 RAY_NAMESPACE = "llm-serving"
 

@@ -13,15 +13,12 @@ import tomllib
 from typing import Any
 
 from serving import apps as registry
-from serving.config import (
-    RAY_STATIC_ENV,
-    ROUTER_CONFIGS,
-    HTTPConfig,
-    PlatformConfig,
-    VLLMDeploymentConfig,
-)
+from serving.access_config import RequestLimits
+from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
 from serving.k8s import CHART_DIR, REPO_ROOT
 from serving.k8s.serve_config import NOT_IN_ARGS
+from serving.ray_config import HTTPConfig
+from serving.ray_env import DRAIN_MARGIN_S, RAY_STATIC_ENV, UNLIMITED_REQUEST_S
 from serving.replica_config import AutoscalingSettings, BackpressureSettings
 
 TEMPLATE_FILE = CHART_DIR / "templates" / "_generated.tpl"
@@ -69,7 +66,9 @@ def serving_defaults(platform: PlatformConfig) -> dict[str, dict[str, Any]]:
     backpressure = BackpressureSettings().model_dump(include={"status_code", "retry_after_s"})
     table["replica"] = replica | backpressure
     table["autoscaling"] = AutoscalingSettings().model_dump()
-    table["http"] = HTTPConfig().model_dump(include={"replica_drain_s"})
+    table["http"] = HTTPConfig().model_dump(include={"replica_drain_s", "haproxy_hard_stop_s"})
+    table["limits"] = RequestLimits().model_dump(include={"request_timeout_s"})
+    table["drain"] = {"margin_s": DRAIN_MARGIN_S, "unlimited_request_s": UNLIMITED_REQUEST_S}
     return table
 
 

@@ -124,10 +124,19 @@
     "upscale_delay_s": 2.0,
     "downscale_delay_s": 20.0,
     "metrics_interval_s": 1.0,
-    "look_back_period_s": 3.0
+    "look_back_period_s": 3.0,
+    "initial_replicas": null
   },
   "http": {
-    "replica_drain_s": 30.0
+    "replica_drain_s": 30.0,
+    "haproxy_hard_stop_s": null
+  },
+  "limits": {
+    "request_timeout_s": 600.0
+  },
+  "drain": {
+    "margin_s": 30,
+    "unlimited_request_s": 3600
   }
 }
 {{- end -}}

@@ -220,7 +220,21 @@ applications:
 {{- end }}
 {{- end -}}
 
-{{/* serving.config.ray_env(): the ingress and how long its replicas drain, and Serve's metric
+{{/*
+serving.ray_env.drain_deadline_s(): the longest an accepted request may still need,
+limits.request_timeout_s rounded up (an hour when it is null: no limit) + a margin. HAProxy's hard
+stop after a reload and KubeRay's deletion delay of an old cluster wait this long.
+*/}}
+{{- define "llm-serving.drainDeadlineSeconds" -}}
+{{- $defaults := include "llm-serving.servingDefaults" . | fromJson -}}
+{{- $limits := dig "limits" dict .Values.platform -}}
+{{- $timeout := $defaults.limits.request_timeout_s -}}
+{{- if hasKey $limits "request_timeout_s" -}}{{- $timeout = $limits.request_timeout_s -}}{{- end -}}
+{{- if kindIs "invalid" $timeout -}}{{- $timeout = $defaults.drain.unlimited_request_s -}}{{- end -}}
+{{- add ($timeout | float64 | ceil | int) $defaults.drain.margin_s -}}
+{{- end -}}
+
+{{/* serving.ray_env.ray_env(): the ingress and how long its replicas drain, and Serve's metric
 push intervals follow the fastest autoscaled app or model. */}}
 {{- define "llm-serving.rayEnv" -}}
 {{- $defaults := include "llm-serving.servingDefaults" . | fromJson -}}
@@ -229,6 +243,8 @@ push intervals follow the fastest autoscaled app or model. */}}
   value: "1"
 - name: RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
   value: {{ dig "http" "replica_drain_s" $defaults.http.replica_drain_s .Values.platform | float64 | toString | quote }}
+- name: RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S
+  value: {{ dig "http" "haproxy_hard_stop_s" nil .Values.platform | default (include "llm-serving.drainDeadlineSeconds" .) | int | toString | quote }}
 {{ end -}}
 {{- $platform := .Values.platform -}}
 {{- $default := $defaults.autoscaling.metrics_interval_s -}}
