@@ -123,14 +123,15 @@ test-unit: install-test
 test-k8s: install-test
 	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
-# Regenerate the chart's values.schema.json, the LLMService CRD, k8s/rendered/ and the docs'
-# reference pages (tests check them).
+# Regenerate the chart's values.schema.json, the LLMService CRD, k8s/rendered/, the docs'
+# reference pages and the chart README's upgrade-path table (tests check them).
 render: install
 	$(VENV)/bin/llm-serving render values-schema
 	$(VENV)/bin/llm-serving render chart-tables
 	$(PY) -m operators.crd
 	$(VENV)/bin/llm-serving render manifests
 	$(VENV)/bin/llm-serving render docs
+	$(VENV)/bin/llm-serving render upgrade-paths
 
 # The docs site (MkDocs, Material theme) in site/; warnings fail the build, as in `make test`.
 docs: install

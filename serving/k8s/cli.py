@@ -79,6 +79,21 @@ def docs() -> None:
     _write_files(reference_pages())
 
 
+@render.command("upgrade-paths")
+def upgrade_paths() -> None:
+    """Regenerate the chart README's table of which path each value takes on `helm upgrade`
+    (every value changed, the chart rendered before and after, classified as KubeRay and Serve
+    decide)."""
+    from serving.k8s.chart import RenderError
+    from serving.k8s.upgrade_catalogue import README, readme_with_table, upgrade_table
+
+    try:
+        table = upgrade_table()
+    except RenderError as err:
+        fail(f"the chart's defaults do not render: {err}")
+    _write_files({README: readme_with_table(README.read_text(), table)})
+
+
 @render.command("manifests")
 def manifests() -> None:
     """Regenerate k8s/rendered/*.yaml and k8s/operator/operator.yaml from the chart (for kubectl
