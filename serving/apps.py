@@ -34,6 +34,7 @@ class App:
 # With `models`, the `vllm` app is this router at vllm.route_prefix, and each model an app of its
 # own built by MODEL_BUILDER, without a route (the router reaches it by handle).
 ROUTER_BUILDER = "serving.deployments.model_router:router_app"
+ROUTER_DEPLOYMENT = "ModelRouter"
 MODEL_BUILDER = "serving.deployments.vllm_server:model_app"
 
 

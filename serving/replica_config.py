@@ -19,6 +19,12 @@ class ReplicaResources(StrictModel):
         "cpu", description="'gpu' pins each replica to one GPU (num_gpus=1); 'cpu' uses CPU only."
     )
     num_cpus: float = Field(1.0, ge=0, description="Logical Ray CPUs reserved per replica.")
+    custom_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources each replica requires (its actor's `resources`), so "
+        "only nodes that advertise them run it. In a cluster replicas on the CPU also require "
+        "llm-serving.io/cpu-worker, which only the chart's CPU worker group advertises.",
+    )
 
 
 class VLLMEngineConfig(StrictModel):

@@ -13,6 +13,7 @@ from ray.serve import Application
 from ray.serve.exceptions import BackPressureError
 from starlette.types import ASGIApp, Message
 
+from serving import apps as registry
 from serving.api.auth import APIKeyAuth, KeyRing, key_ring
 from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes, replica_failed
 from serving.api.errors import APIError
@@ -59,7 +60,9 @@ def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
     ]
 
 
-@serve.deployment(name="ModelRouter", max_ongoing_requests=4096, health_check_period_s=10)
+@serve.deployment(
+    name=registry.ROUTER_DEPLOYMENT, max_ongoing_requests=4096, health_check_period_s=10
+)
 @serve.ingress()
 class ModelRouter:
     def __init__(self, config: dict[str, Any]) -> None:

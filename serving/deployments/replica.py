@@ -12,6 +12,8 @@ def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> d
     options: dict[str, Any] = {"num_cpus": resources.num_cpus}
     if resources.accelerator == "gpu":
         options["num_gpus"] = 1
+    if resources.custom_resources:
+        options["resources"] = dict(resources.custom_resources)
     if env:
         options["runtime_env"] = {"env_vars": env}
     return options

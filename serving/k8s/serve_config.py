@@ -12,6 +12,11 @@ from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMReplicaSettings
 
 SERVE_HOST = "0.0.0.0"  # in a pod the proxy must listen beyond loopback, whatever http.host says
+# Only the chart's CPU worker group advertises this resource (one per pod); in a cluster every
+# replica on the CPU requires a sliver of it. GPU workers advertise just the CPUs their vLLM
+# replicas reserve: a CPU replica placed there first would leave that GPU idle.
+CPU_WORKER_RESOURCE = "llm-serving.io/cpu-worker"
+CPU_WORKER_SHARE = 0.001
 
 # Fields kept out of `args`: Serve applies the deployment options to running replicas in place
 # (serve config `deployments`), and the app's own entry carries `enabled` and `route_prefix`.
@@ -64,7 +69,19 @@ def router_option(policy: str) -> dict[str, Any]:
     return {"request_router_config": config} if config else {}
 
 
-def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
+def pinned_to_cpu_workers(config: PlatformConfig, name: str) -> PlatformConfig:
+    """The config with app `name`'s replicas requiring the CPU worker group's resource when they
+    run on the CPU (in a cluster); apps on a GPU are left as they are."""
+    settings = getattr(config, name)
+    resources = getattr(settings, "resources", None)  # an app may leave placement to Serve
+    if resources is None or resources.accelerator != "cpu":
+        return config
+    custom = resources.custom_resources | {CPU_WORKER_RESOURCE: CPU_WORKER_SHARE}
+    pinned = resources.model_copy(update={"custom_resources": custom})
+    return config.model_copy(update={name: settings.model_copy(update={"resources": pinned})})
+
+
+def serve_applications(config: PlatformConfig, cluster: bool = False) -> list[dict[str, Any]]:
     apps = []
     for app in registry.apps_of(config):
         name = app.name
@@ -72,34 +89,42 @@ def serve_applications(config: PlatformConfig) -> list[dict[str, Any]]:
         if not settings.enabled:
             continue
         if name == "vllm" and config.models:
-            apps += model_applications(config)
+            apps += model_applications(config, cluster)
             continue
+        platform = pinned_to_cpu_workers(config, name) if cluster else config
         apps.append(
             {
                 "name": name,
                 "import_path": app.builder,
                 "route_prefix": settings.route_prefix,
-                "args": app_args(config, name),
+                "args": app_args(platform, name),
                 "deployments": [deployment_options(config, name)],
             }
         )
     return apps
 
 
-def model_applications(config: PlatformConfig) -> list[dict[str, Any]]:
+def model_applications(config: PlatformConfig, cluster: bool = False) -> list[dict[str, Any]]:
     """A multi-model platform's OpenAI endpoint: the router app at vllm.route_prefix, and one
     app per model without a route of its own (the router reaches it by handle), so a change to
-    one model restarts that model alone."""
+    one model restarts that model alone. In a cluster the router (CPU only; Serve's default of
+    one CPU, which its code keeps) requires the CPU worker group's resource."""
     written = config.model_dump(mode="json", exclude_unset=True)
-    router = {
+    router: dict[str, Any] = {
         "name": "vllm",
         "import_path": registry.ROUTER_BUILDER,
         "route_prefix": config.vllm.route_prefix,
         "args": {key: written[key] for key in ("models", "auth", "limits") if key in written},
     }
+    if cluster:
+        # Serve replaces the code's actor options with these; the router's code sets none.
+        actor = {"num_cpus": 1, "resources": {CPU_WORKER_RESOURCE: CPU_WORKER_SHARE}}
+        router["deployments"] = [{"name": registry.ROUTER_DEPLOYMENT, "ray_actor_options": actor}]
     models = []
     for entry in config.models:
         platform = config.model_platform(entry)
+        if cluster:
+            platform = pinned_to_cpu_workers(platform, "vllm")
         models.append(
             {
                 "name": entry.app_name,
@@ -143,14 +168,15 @@ def gpu_replica_cpus(config: PlatformConfig) -> float:
     return max(d.resources.num_cpus for d in on_gpu)
 
 
-def serve_config(config: PlatformConfig, host: str) -> dict[str, Any]:
+def serve_config(config: PlatformConfig, host: str, cluster: bool = False) -> dict[str, Any]:
     """Serve's config document of the platform (ServeDeploySchema), checked against Ray Serve's
     own schema. The RayService carries it; `llm-serving up`/`apply` PUT it to the local head's
-    dashboard, so both deploy each app from the same `args` and deployment options."""
+    dashboard, so both deploy each app from the same `args` and deployment options. `cluster`:
+    replicas on the CPU require the CPU worker group's resource (one local node has none)."""
     document = {
         "proxy_location": "EveryNode",
         "http_options": {"host": host, "port": config.http.port},
-        "applications": serve_applications(config),
+        "applications": serve_applications(config, cluster),
     }
     validate_serve_config(document)
     return document
@@ -177,7 +203,7 @@ def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
             "RayService's serve config, readable on the Ray dashboard; put them in a Secret "
             "(the chart's apiKeys.existingSecret, the LLMService's apiKeySecret) instead"
         )
-    return serve_config(config, SERVE_HOST)
+    return serve_config(config, SERVE_HOST, cluster=True)
 
 
 def validate_serve_config(document: dict[str, Any]) -> None:

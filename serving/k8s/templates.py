@@ -16,7 +16,7 @@ from serving import apps as registry
 from serving.access_config import RequestLimits
 from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMDeploymentConfig
 from serving.k8s import CHART_DIR, REPO_ROOT
-from serving.k8s.serve_config import NOT_IN_ARGS
+from serving.k8s.serve_config import CPU_WORKER_RESOURCE, CPU_WORKER_SHARE, NOT_IN_ARGS
 from serving.ray_config import HTTPConfig
 from serving.ray_env import DRAIN_MARGIN_S, RAY_STATIC_ENV, UNLIMITED_REQUEST_S
 from serving.replica_config import AutoscalingSettings, BackpressureSettings
@@ -43,11 +43,14 @@ def app_table(platform: PlatformConfig) -> dict[str, dict[str, Any]]:
             "deployment": app.deployment,
             "scaled": app.scaled,
             "sections": list(app.sections),
+            # Whether its section sets its replicas' resources (and so where they may run).
+            "resources": "resources" in type(getattr(platform, app.name)).model_fields,
         }
         for app in registry.apps_of(platform)
     }
     table["router"] = {
         "import_path": registry.ROUTER_BUILDER,
+        "deployment": registry.ROUTER_DEPLOYMENT,
         "route_prefix": platform.vllm.route_prefix,
     }
     table["model"] = {"import_path": registry.MODEL_BUILDER, "route_prefix": None}
@@ -95,6 +98,7 @@ def generated_template(platform: PlatformConfig | None = None) -> str:
             definition("appNames", [app.name for app in registry.apps_of(platform)]),
             definition("routerConfigs", ROUTER_CONFIGS),
             definition("notInArgs", list(NOT_IN_ARGS)),
+            definition("cpuWorker", {"resource": CPU_WORKER_RESOURCE, "share": CPU_WORKER_SHARE}),
             definition("rayStaticEnv", RAY_STATIC_ENV),
             definition("servingDefaults", serving_defaults(platform)),
             f'{{{{- define "llm-serving.rayVersion" -}}}}{ray_pin()}{{{{- end -}}}}\n',

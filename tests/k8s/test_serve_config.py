@@ -17,6 +17,7 @@ from serving.config import PlatformConfig, parse_config
 from serving.k8s.serve_config import (
     NOT_IN_ARGS,
     InlineKeysError,
+    pinned_to_cpu_workers,
     serve_config_v2,
     validate_serve_config,
 )
@@ -38,13 +39,17 @@ def test_rendered_is_valid_for_ray_serve(case: Rendered) -> None:
 
 def app_parts(config: PlatformConfig) -> dict[str, tuple[PlatformConfig, tuple[str, ...]]]:
     """Per app: the platform its args stand for and the sections it reads. With `models`, the
-    router reads the models list, and each model's app is that model's single-model platform."""
-    parts = {app.name: (config, app.sections) for app in registry.apps_of(config)}
+    router reads the models list, and each model's app is that model's single-model platform.
+    Replicas on the CPU are pinned to the CPU worker group in a cluster."""
+    parts = {
+        app.name: (pinned_to_cpu_workers(config, app.name), app.sections)
+        for app in registry.apps_of(config)
+    }
     if config.models:
         parts["vllm"] = (config, ("models", "auth", "limits"))
         for entry in config.models:
             parts[entry.app_name] = (
-                config.model_platform(entry),
+                pinned_to_cpu_workers(config.model_platform(entry), "vllm"),
                 registry.app_named(config, "vllm").sections,
             )
     return parts
@@ -152,7 +157,12 @@ def test_cli_prints_serve_config(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = yaml.safe_load(result.output)
     assert [app["name"] for app in document["applications"]] == ["vllm", "analysis"]
-    assert document["applications"][0]["args"] == {"model": {"ref": "tiny-qwen2"}}
+    # vLLM runs on the CPU (the default accelerator): on the CPU worker group in a cluster.
+    pinned = {"custom_resources": {"llm-serving.io/cpu-worker": 0.001}}
+    assert document["applications"][0]["args"] == {
+        "model": {"ref": "tiny-qwen2"},
+        "vllm": {"resources": pinned},
+    }
 
 
 @pytest.mark.parametrize("text", ["vllm: {num_replicas: 0}\n", "bogus: 1\n"])

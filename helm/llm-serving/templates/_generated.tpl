@@ -11,7 +11,8 @@
       "vllm",
       "auth",
       "limits"
-    ]
+    ],
+    "resources": true
   },
   "hf": {
     "import_path": "serving.deployments.hf_baseline:hf_app",
@@ -23,7 +24,8 @@
       "hf",
       "auth",
       "limits"
-    ]
+    ],
+    "resources": true
   },
   "analysis": {
     "import_path": "serving.deployments.analysis:analysis_app",
@@ -35,10 +37,12 @@
       "analysis",
       "auth",
       "limits"
-    ]
+    ],
+    "resources": true
   },
   "router": {
     "import_path": "serving.deployments.model_router:router_app",
+    "deployment": "ModelRouter",
     "route_prefix": "/"
   },
   "model": {
@@ -87,6 +91,13 @@
   "graceful_shutdown_wait_loop_s",
   "max_surge_percent"
 ]
+{{- end -}}
+
+{{- define "llm-serving.cpuWorker" -}}
+{
+  "resource": "llm-serving.io/cpu-worker",
+  "share": 0.001
+}
 {{- end -}}
 
 {{- define "llm-serving.rayStaticEnv" -}}

@@ -163,6 +163,9 @@ here restarts the app's replicas; anything else leaves them running.
 {{- else if dig "enabled" true $app -}}
 {{- $row := get $table $name -}}
 {{- $args := include "llm-serving.appArgs" (dict "platform" $.Values.platform "name" $name) | fromYaml -}}
+{{- if $row.resources -}}
+{{- $args = include "llm-serving.pinnedArgs" (dict "args" $args "name" $name "section" $app) | fromYaml -}}
+{{- end -}}
 {{- $options := include "llm-serving.deploymentOptions" (dict "name" $name "app" $app) | fromYaml -}}
 {{- $apps = append $apps (dict "name" $name "import_path" $row.import_path "route_prefix" (dig "route_prefix" $row.route_prefix $app) "args" $args "deployments" (list $options)) -}}
 {{- end -}}
@@ -184,13 +187,14 @@ name), so a change to one model restarts that model alone.
 {{- range $key := list "auth" "limits" -}}
 {{- if hasKey $platform $key -}}{{- $_ := set $shared $key (get $platform $key) -}}{{- end -}}
 {{- end -}}
-{{- $router := dict "name" "vllm" "import_path" $table.router.import_path "route_prefix" (dig "vllm" "route_prefix" $table.router.route_prefix $platform) "args" (merge (dict "models" $platform.models) $shared) -}}
+{{- $router := dict "name" "vllm" "import_path" $table.router.import_path "route_prefix" (dig "vllm" "route_prefix" $table.router.route_prefix $platform) "args" (merge (dict "models" $platform.models) $shared) "deployments" (include "llm-serving.routerDeployments" . | fromYamlArray) -}}
 {{- $apps := list $router -}}
 {{- range $entry := $platform.models -}}
 {{- $model := deepCopy ($entry.model | default dict) -}}
 {{- $_ := set $model "served_name" $entry.name -}}
 {{- $args := merge (dict "model" $model) $shared -}}
 {{- $vllm := include "llm-serving.withoutServeOptions" (dict "section" $entry "also" (list "name" "model")) | fromYaml -}}
+{{- $vllm = get (include "llm-serving.pinnedArgs" (dict "args" (dict "vllm" $vllm) "name" "vllm" "section" $entry) | fromYaml) "vllm" -}}
 {{- if $vllm -}}{{- $_ = set $args "vllm" $vllm -}}{{- end -}}
 {{- $options := include "llm-serving.deploymentOptions" (dict "name" "vllm" "app" $entry) | fromYaml -}}
 {{- $router := get $routers ($entry.routing | default "power_of_two") -}}

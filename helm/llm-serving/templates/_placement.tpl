@@ -1,0 +1,73 @@
+{{/*
+Where replicas run. GPU workers advertise only the CPUs their vLLM replicas reserve; a replica on
+the CPU (HF baseline, analysis, the model router, vLLM with accelerator cpu) placed there first
+would take one and leave a GPU idle (on a one-GPU cluster vLLM would never start). So only the
+CPU worker group advertises the custom resource llm-serving.io/cpu-worker and every CPU replica
+requires a sliver of it (serving.k8s.serve_config.pinned_to_cpu_workers; local runs do not).
+*/}}
+
+{{/* An app's args with its replicas pinned to CPU workers when they run on the CPU
+(dict "args" <args> "name" <section name> "section" <settings as written>). */}}
+{{- define "llm-serving.pinnedArgs" -}}
+{{- $args := .args -}}
+{{- if eq (dig "resources" "accelerator" "cpu" (.section | default dict)) "cpu" -}}
+{{- $pin := include "llm-serving.cpuWorker" . | fromJson -}}
+{{- $own := deepCopy (get $args .name | default dict) -}}
+{{- $resources := deepCopy (dig "resources" dict $own | default dict) -}}
+{{- $custom := merge (dict $pin.resource $pin.share) (deepCopy ($resources.custom_resources | default dict)) -}}
+{{- $_ := set $resources "custom_resources" $custom -}}
+{{- $_ = set $own "resources" $resources -}}
+{{- $_ = set $args .name $own -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}
+
+{{/* The model router's actor options: Serve's default CPU (its code sets none), on CPU workers. */}}
+{{- define "llm-serving.routerDeployments" -}}
+{{- $pin := include "llm-serving.cpuWorker" . | fromJson -}}
+{{- $table := include "llm-serving.appTable" . | fromJson -}}
+{{- toYaml (list (dict "name" $table.router.deployment "ray_actor_options" (dict "num_cpus" 1 "resources" (dict $pin.resource $pin.share)))) -}}
+{{- end -}}
+
+{{/* The CPU group's `ray start` parameters: the resource CPU replicas require, one per pod. */}}
+{{- define "llm-serving.cpuRayStartParams" -}}
+{{- $params := deepCopy (.Values.workers.cpu.rayStartParams | default dict) -}}
+{{- if not (hasKey $params "resources") -}}
+{{- /* KubeRay's format: a JSON object quoted for the shell (Ray's autoscaler parses it back). */}}
+{{- $_ := set $params "resources" (printf `"{\"%s\": 1}"` (include "llm-serving.cpuWorker" . | fromJson).resource) -}}
+{{- end -}}
+{{- toYaml $params -}}
+{{- end -}}
+
+{{/* Enabled apps whose replicas run on the CPU, as the values name them. */}}
+{{- define "llm-serving.cpuApps" -}}
+{{- $platform := .Values.platform -}}
+{{- $table := include "llm-serving.appTable" . | fromJson -}}
+{{- $names := list -}}
+{{- range $name := include "llm-serving.appNames" . | fromJsonArray -}}
+{{- $app := get $platform $name | default dict -}}
+{{- if not (dig "enabled" true $app) -}}
+{{- else if and (eq $name "vllm") $platform.models -}}
+{{- $names = append $names "the model router (platform.models)" -}}
+{{- range $i, $entry := $platform.models -}}
+{{- if eq (dig "resources" "accelerator" "cpu" $entry) "cpu" -}}
+{{- $names = append $names (printf "platform.models[%d] (%s)" $i $entry.name) -}}
+{{- end -}}
+{{- end -}}
+{{- else if and (get $table $name).resources (eq (dig "resources" "accelerator" "cpu" $app) "cpu") -}}
+{{- $names = append $names (printf "platform.%s" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{- define "llm-serving.validate.cpuGroup" -}}
+{{- $resource := (include "llm-serving.cpuWorker" . | fromJson).resource -}}
+{{- $cpu := .Values.workers.cpu -}}
+{{- $apps := include "llm-serving.cpuApps" . | fromJsonArray -}}
+{{- if and $apps (not $cpu.enabled) -}}
+{{ join ", " $apps }} run on the CPU; in the cluster they require Ray's {{ $resource }} resource, which only the CPU worker group advertises (GPU workers keep their CPUs for vLLM). Set workers.cpu.enabled=true, or disable those apps (or give them resources.accelerator=gpu).
+{{- else if and $cpu.enabled (hasKey ($cpu.rayStartParams | default dict) "resources") (not (contains (printf `\"%s\"` $resource) (toString $cpu.rayStartParams.resources))) -}}
+workers.cpu.rayStartParams.resources: replaces the chart's resources of the CPU group but lacks {{ $resource }}, which every replica on the CPU requires. Add it, e.g. '"{\"{{ $resource }}\": 1, \"yours\": 1}"'.
+{{- end -}}
+{{- end -}}
