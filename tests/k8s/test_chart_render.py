@@ -141,7 +141,7 @@ def test_probes_never_look_at_the_model(case: Rendered) -> None:
 def test_pvc_cache_is_shared_by_workers_only() -> None:
     case = rendered("pvc-cache")
     claim = case.one("PersistentVolumeClaim")
-    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # what every default class binds
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # workers on many nodes share it
     cluster = case.one("RayService")["spec"]["rayClusterConfig"]
     volumes = {v["name"]: v for v in cluster["workerGroupSpecs"][0]["template"]["spec"]["volumes"]}
     assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]

@@ -10,6 +10,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- $messages = append $messages (include "llm-serving.validate.gpuGroup" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.someWorkers" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.cpuGroup" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.modelCache" .) -}}
 {{- range $key := list "gpu" "cpu" -}}
 {{- $messages = append $messages (include "llm-serving.validate.groupBounds" (dict "key" $key "group" (get $.Values.workers $key))) -}}
 {{- end -}}
@@ -221,5 +222,35 @@ readable on the Ray dashboard (serving.k8s.serve_config.inline_key_settings, for
 {{- $problems = append $problems (printf "ray.incrementalUpgrade: stepSizePercent (%d) must not exceed maxSurgePercent (%d)." (int $o.stepSizePercent) (int $o.maxSurgePercent)) -}}
 {{- end -}}
 {{- join "\n- " $problems -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A ReadWriteOnce (or ReadWriteOncePod) claim is attached to one node: a second worker pod on another
+node hangs in ContainerCreating (Multi-Attach). Worker pods of every group may mount the cache, and
+with a NewCluster* upgrade strategy the new RayCluster's workers mount it beside the old ones.
+An existing claim is checked where Helm sees the cluster (offline renders cannot read it).
+*/}}
+{{- define "llm-serving.validate.modelCache" -}}
+{{- $pvc := .Values.model.cache.persistentVolumeClaim -}}
+{{- if $pvc.enabled -}}
+{{- $modes := $pvc.accessModes -}}
+{{- if $pvc.existingClaim -}}
+{{- $modes = dig "spec" "accessModes" list (lookup "v1" "PersistentVolumeClaim" .Release.Namespace $pvc.existingClaim) -}}
+{{- end -}}
+{{- $pods := 0 -}}
+{{- $groups := list -}}
+{{- range $key := list "gpu" "cpu" -}}
+{{- $g := get $.Values.workers $key -}}
+{{- if $g.enabled -}}
+{{- $pods = add $pods (int $g.maxReplicas) -}}
+{{- $groups = append $groups (printf "workers.%s.maxReplicas=%d" $key (int $g.maxReplicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- $clusters := ternary 1 2 (eq .Values.ray.upgradeStrategy "None") -}}
+{{- $pods = mul $pods $clusters -}}
+{{- if and $modes (not (has "ReadWriteMany" $modes)) (gt $pods 1) -}}
+model.cache.persistentVolumeClaim.accessModes: {{ toJson $modes }}{{ with $pvc.existingClaim }} (of claim {{ . }}){{ end }} lets one node mount the model cache, but up to {{ $pods }} worker pods may mount it ({{ join " + " $groups }}{{ if gt $clusters 1 }}, twice during an upgrade: ray.upgradeStrategy={{ .Values.ray.upgradeStrategy }} starts a second RayCluster{{ end }}); pods on another node hang in ContainerCreating. Set model.cache.persistentVolumeClaim.accessModes=[ReadWriteMany] with a shared-file storageClassName (EFS, Filestore, Azure Files, NFS), or model.cache.persistentVolumeClaim.enabled=false (an emptyDir per pod).
+{{- end -}}
 {{- end -}}
 {{- end -}}
