@@ -85,7 +85,7 @@ def upgrade_paths() -> None:
     (every value changed, the chart rendered before and after, classified as KubeRay and Serve
     decide)."""
     from serving.k8s.chart import RenderError
-    from serving.k8s.upgrade_catalogue import README, readme_with_table, upgrade_table
+    from serving.k8s.upgrade_table import README, readme_with_table, upgrade_table
 
     try:
         table = upgrade_table()

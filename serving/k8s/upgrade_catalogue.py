@@ -2,37 +2,27 @@
 field under `platform` (also those values.yaml leaves out), each moved to another valid value.
 The change is derived from the default and the values schema (bool flipped, number moved within
 its bounds, another enum member, a quantity doubled); OVERRIDES hold the few a derivation cannot
-make valid, CONTEXTS turn on the feature a value belongs to. `upgrade_table` is the README's
-table, `llm-serving render upgrade-paths` writes it."""
+make valid, CONTEXTS turn on the feature a value belongs to. upgrade_table turns the classified
+catalogue into the README's table."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatch
 from typing import Any
 
 import yaml
 
-from serving.config import PlatformConfig
+from serving.config import PlatformConfig, ServedModelConfig
 from serving.k8s import CHART_DIR
 from serving.k8s.chart import RenderError
-from serving.k8s.upgrade_paths import (
-    COST,
-    Outcome,
-    UpgradePath,
-    Values,
-    classify,
-    freeze,
-    rendered_objects,
-)
+from serving.k8s.upgrade_paths import Outcome, Values, classify, freeze, rendered_objects
 
 Schema = dict[str, Any]
 STRING: Schema = {"type": "string"}
-README = CHART_DIR / "README.md"
-BLOCK = re.compile(r"(<!-- upgrade-paths:start -->\n).*?(<!-- upgrade-paths:end -->)", re.S)
 QUANTITY = re.compile(r"(\d+(?:\.\d+)?)([a-zA-Z]*)")
 # Values set on both sides of a change: monitors render only where their CRDs exist, which an
 # offline render cannot look up.
@@ -41,8 +31,11 @@ BASE: Values = {"monitoring": {"skipCRDCheck": True}}
 CONTEXTS: dict[str, Values] = {
     "devicePlugin.*": {"devicePlugin": {"enabled": True}},
     "ingress.*": {"ingress": {"enabled": True}},
+    # Shared by every worker pod: the chart refuses a claim one node mounts.
     "model.cache.persistentVolumeClaim.*": {
-        "model": {"cache": {"persistentVolumeClaim": {"enabled": True}}}
+        "model": {
+            "cache": {"persistentVolumeClaim": {"enabled": True, "accessModes": ["ReadWriteMany"]}}
+        }
     },
     "monitoring.podMonitor.*": {"monitoring": {"podMonitor": {"enabled": True}}},
     "operator.*": {"operator": {"enabled": True}},
@@ -86,7 +79,7 @@ OVERRIDES: dict[str, Any] = {
     "ingress.tls": [{"hosts": ["llm.example.com"], "secretName": "tls"}],
     "networkPolicy.*From": [{"podSelector": {"matchLabels": {"app": "example"}}}],
     "networkPolicy.extraIngress": [{"from": [{"podSelector": {}}]}],
-    "model.cache.persistentVolumeClaim.accessModes": ["ReadWriteMany"],
+    "model.cache.persistentVolumeClaim.accessModes": ["ReadWriteMany", "ReadOnlyMany"],
     "platform.vllm.autoscaling.max_replicas": 3,  # 5 would need more GPUs than the group has
     "workers.*.minReplicas": 0,  # 2 would exceed replicas
     "ray.version": "2.61.0",
@@ -156,7 +149,10 @@ def _merged(base: Values, top: Values) -> Values:
     return merged
 
 
-def leaves(value: Any, schema: Schema, defs: dict[str, Schema], path: str) -> Iterator[tuple]:
+Leaf = tuple[str, Any, Schema]
+
+
+def leaves(value: Any, schema: Schema, defs: dict[str, Schema], path: str) -> Iterator[Leaf]:
     """(path, default, schema) of every leaf: a scalar, a list, an empty or unset object."""
     schema = resolve(schema, defs)
     if not isinstance(value, dict) or not value:
@@ -181,8 +177,13 @@ def changed_value(path: str, value: Any, schema: Schema) -> Any:
     others = [v for v in schema.get("enum", []) if v != value]
     if others:
         return others[0]
-    if value is None:
-        value = {"integer": 0, "number": 0.0, "string": "", "boolean": False}[schema["type"]]
+    if value is None:  # unset: start from the zero of its type
+        zeros = {"integer": 0, "number": 0.0, "string": "", "boolean": False}
+        if schema.get("type") not in zeros:
+            raise ValueError(
+                f"{path}: no derived change for an unset {schema.get('type')}: add it to OVERRIDES"
+            )
+        value = zeros[schema["type"]]
     if isinstance(value, bool):
         return not value
     if isinstance(value, (int, float)):
@@ -252,69 +253,51 @@ def change(path: str, default: Any, schema: Schema) -> Change:
 
 def catalogue() -> list[Change]:
     """One change per value, in values.yaml's order (PlatformConfig's for fields it leaves out),
-    then the subtrees changed as a whole."""
+    then the subtrees changed as a whole, then the fields of a `platform.models[]` entry."""
     schema = values_schema()
     defs = schema.get("$defs", {})
     changes = [change(*leaf) for leaf in leaves(defaults(), schema, defs, "")]
-    return changes + [change(path, None, {}) for path in SUBTREES]
+    changes += [change(path, None, {}) for path in SUBTREES]
+    return changes + model_changes(schema, defs)
+
+
+def model_changes(schema: Schema, defs: dict[str, Schema]) -> list[Change]:
+    """The first model's fields, each changed inside the chart's multi-model example. Helm
+    replaces a list whole, so each after side is the example's list with that model changed."""
+    before = _merged(BASE, PATCHES["platform.models"]())
+    first, *rest = before["platform"]["models"]
+    fields = _merged(ServedModelConfig.model_validate(first).model_dump(mode="json"), first)
+    item = schema["properties"]["platform"]["properties"]["models"]["items"]
+    changes = []
+    for field, value, field_schema in leaves(fields, item, defs, ""):
+        path = f"platform.models[].{field}"
+        model = _merged(first, nested(field, changed_value(path, value, field_schema)))
+        after = _merged(before, {"platform": {"models": [model, *rest]}})
+        changes.append(Change(path, json.dumps(before), json.dumps(after)))
+    return changes
 
 
 def classified(change: Change) -> Classified:
     if change.path in NOT_RENDERED:
         return Classified(change.path, None, NOT_RENDERED[change.path])
+    before, after = json.loads(change.before), json.loads(change.after)
     try:
-        return Classified(
-            change.path, classify(json.loads(change.before), json.loads(change.after))
-        )
+        outcome = classify(before, after)
     except RenderError as err:
         return Classified(change.path, None, f"does not render: {str(err).splitlines()[-1]}")
+    if change.path.startswith("platform.models[]."):
+        outcome = generic_model_apps(outcome, before["platform"]["models"][0]["name"])
+    return Classified(change.path, outcome)
 
 
-def collapsed(paths: list[str], every_path: list[str]) -> list[str]:
-    """Each path as its highest ancestor whose values all take the same path (`probes.*`)."""
-    same = set(paths)
-    shown: list[str] = []
-    for path in paths:
-        parts = path.split(".")
-        for depth in range(1, len(parts)):
-            prefix = ".".join(parts[:depth]) + "."
-            under = [p for p in every_path if p.startswith(prefix)]
-            if len(under) > 1 and same.issuperset(under):
-                path = prefix + "*"
-                break
-        if path not in shown:
-            shown.append(path)
-    return shown
-
-
-def compact(paths: list[str]) -> str:
-    """`a.b.c, a.b.d` as `a.b.{c, d}`: siblings share their parent's path."""
-    parents: dict[str, list[str]] = {}
-    for path in paths:
-        parent, _, key = path.rpartition(".")
-        parents.setdefault(parent, []).append(key)
-    parts: list[str] = []
-    for parent, keys in parents.items():
-        if not parent or len(keys) == 1:
-            parts.extend(f"{parent}.{key}" if parent else key for key in keys)
-        else:
-            parts.append(f"{parent}.{{{', '.join(keys)}}}")
-    return ", ".join(f"`{part}`" for part in parts)
-
-
-def table_rows(results: list[Classified]) -> list[str]:
-    """One row per path taken (and the apps it rolls), the most disruptive first."""
-    groups: dict[Outcome, list[str]] = {}
-    for result in results:
-        if result.outcome:
-            groups.setdefault(result.outcome, []).append(result.path)
-    order, every_path = list(UpgradePath), [r.path for r in results]
-    rows = [
-        f"| {compact(collapsed(paths, every_path))} | {outcome.label} | {COST[outcome.path]} |"
-        for outcome, paths in sorted(groups.items(), key=lambda item: order.index(item[0].path))
-    ]
-    unclassified = [r for r in results if r.outcome is None]
-    return rows + [f"| `{r.path}` | not classified | {r.reason} |" for r in unclassified]
+def generic_model_apps(outcome: Outcome, name: str) -> Outcome:
+    """With `platform.models` the app `vllm` is the router and each model has its own app
+    (`vllm-<name>`): say so, not the example's names."""
+    renamed = (
+        app.replace(f"vllm-{name}", "vllm-<name>").replace("vllm-<name>-2", "vllm-<renamed>")
+        for app in outcome.apps
+    )
+    return replace(outcome, apps=tuple(a if a != "vllm" else "vllm (router)" for a in renamed))
 
 
 def classified_catalogue() -> list[Classified]:
@@ -322,23 +305,3 @@ def classified_catalogue() -> list[Classified]:
     not render (a table of errors says nothing)."""
     rendered_objects(freeze(BASE))
     return [classified(change) for change in catalogue()]
-
-
-def upgrade_table(results: list[Classified] | None = None) -> str:
-    """The README's table (markdown), for other pages to embed too."""
-    lines = [
-        "<!-- Generated by `llm-serving render upgrade-paths` (serving/k8s/upgrade_catalogue.py):"
-        " every value changed and the chart rendered before and after; do not edit. -->",
-        "",
-        "| values | path taken | what it costs |",
-        "| --- | --- | --- |",
-        *table_rows(classified_catalogue() if results is None else results),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def readme_with_table(readme: str, table: str) -> str:
-    """The README with its upgrade-paths block replaced by `table`."""
-    if not BLOCK.search(readme):
-        raise ValueError(f"{README} has no <!-- upgrade-paths:start/end --> block")
-    return BLOCK.sub(lambda match: f"{match.group(1)}{table}{match.group(2)}", readme)

@@ -134,9 +134,15 @@ RESTARTING_OPTIONS = (
 def app_restart_key(app: Values) -> tuple[str, str]:
     """What Serve restarts an app's replicas on: its code version (Ray's own function) and the
     deployment options that force an actor restart."""
+    return _restart_key(freeze(app))
+
+
+@cache  # most changes leave an app as it was: one validation per distinct app
+def _restart_key(frozen_app: str) -> tuple[str, str]:
     from ray.serve._private.deploy_utils import get_app_code_version
     from ray.serve.schema import ServeApplicationSchema
 
+    app = json.loads(frozen_app)
     with warnings.catch_warnings():  # Ray warns of metrics_interval_s, which 2.60 still reads
         warnings.simplefilter("ignore", DeprecationWarning)
         code_version = get_app_code_version(ServeApplicationSchema.model_validate(app))
@@ -167,16 +173,24 @@ def freeze(values: Values) -> str:
     return json.dumps(values, sort_keys=True)
 
 
+# libyaml where PyYAML has it: the catalogue parses a few hundred renders.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parsed(text: str) -> Values:
+    document: Values = yaml.load(text, Loader=LOADER)
+    return document
+
+
 @cache
 def rendered_objects(frozen_values: str) -> dict[ObjectKey, Values]:
-    """The chart's objects for the values (JSON, so the cache has a hashable key). Parsed with
-    libyaml: the catalogue renders a few hundred times. Raises chart.RenderError."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    """The chart's objects for the values (JSON, so the cache has a hashable key). Raises
+    chart.RenderError."""
     objects = {}
     for name, text in chart.render_templates(json.loads(frozen_values)).items():
         if name.endswith("NOTES.txt"):
             continue
-        for document in yaml.load_all(text, Loader=loader):
+        for document in yaml.load_all(text, Loader=LOADER):
             if document:
                 objects[(document["kind"], document["metadata"]["name"])] = document
     return objects
@@ -197,9 +211,7 @@ def classify(before: Values, after: Values) -> Outcome:
     action = cluster_action(old_spec["rayClusterConfig"], new_spec["rayClusterConfig"])
     if action:
         return Outcome(action)
-    serve = serve_outcome(
-        yaml.safe_load(old_spec["serveConfigV2"]), yaml.safe_load(new_spec["serveConfigV2"])
-    )
+    serve = serve_outcome(parsed(old_spec["serveConfigV2"]), parsed(new_spec["serveConfigV2"]))
     if serve:
         return serve
     if old_spec["rayClusterConfig"] != new_spec["rayClusterConfig"]:

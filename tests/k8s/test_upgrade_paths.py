@@ -12,6 +12,7 @@ import pytest
 
 from serving.config import PlatformConfig
 from serving.k8s import upgrade_catalogue as catalogue
+from serving.k8s import upgrade_table
 from serving.k8s.upgrade_paths import (
     Outcome,
     UpgradePath,
@@ -33,10 +34,10 @@ def results() -> list[catalogue.Classified]:
 
 
 def test_the_readme_table_is_the_computed_one(results: list[catalogue.Classified]) -> None:
-    block = catalogue.BLOCK.search(catalogue.README.read_text())
+    block = upgrade_table.BLOCK.search(upgrade_table.README.read_text())
     assert block, "the chart README lost its <!-- upgrade-paths:start/end --> block"
     written = block.group(0).removeprefix(block.group(1)).removesuffix(block.group(2))
-    assert written == catalogue.upgrade_table(results), REGENERATE
+    assert written == upgrade_table.upgrade_table(results), REGENERATE
 
 
 def test_every_change_renders(results: list[catalogue.Classified]) -> None:
@@ -139,3 +140,9 @@ def test_kuberay_updates_in_place_only_for_worker_groups_appended() -> None:
     assert cluster_action(one, two) is UpgradePath.CLUSTER_UPDATED
     assert cluster_action(two, one) is UpgradePath.NEW_CLUSTER
     assert cluster_action(one, cluster({"replicas": 5})) is None
+
+
+def test_a_models_engine_change_rolls_that_models_app(results: list[catalogue.Classified]) -> None:
+    (result,) = [r for r in results if r.path == "platform.models[].engine.max_num_seqs"]
+    assert result.outcome and result.outcome.path is UpgradePath.APP_ROLLED
+    assert "vllm-<name>" in result.outcome.apps
