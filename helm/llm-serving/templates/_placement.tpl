@@ -71,3 +71,47 @@ requires a sliver of it (serving.k8s.serve_config.pinned_to_cpu_workers; local r
 workers.cpu.rayStartParams.resources: replaces the chart's resources of the CPU group but lacks {{ $resource }}, which every replica on the CPU requires. Add it, e.g. '"{\"{{ $resource }}\": 1, \"yours\": 1}"'.
 {{- end -}}
 {{- end -}}
+
+{{/*
+A rolling update (a new engine setting or model) starts ceil(max_surge_percent x replicas / 100)
+new replicas of an app before its old ones stop (Serve's _surge_replicas_to_start). At full scale
+that is a GPU beyond the other apps' max_replicas: without it the new replica waits for a GPU and
+the rollout stalls while load stays high. Empty when the GPU group holds the largest surge.
+*/}}
+{{- define "llm-serving.surgeWarning" -}}
+{{- $gpu := .Values.workers.gpu -}}
+{{- if and $gpu.enabled (ge (int $gpu.gpusPerWorker) 1) -}}
+{{- $d := include "llm-serving.servingDefaults" . | fromJson -}}
+{{- $table := include "llm-serving.appTable" . | fromJson -}}
+{{- $apps := list -}}
+{{- if dig "vllm" "enabled" true .Values.platform -}}
+{{- range $i, $entry := .Values.platform.models -}}
+{{- $apps = append $apps (dict "name" (printf "platform.models[%d] (%s)" $i $entry.name) "app" $entry "scaled" true) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name := include "llm-serving.appNames" . | fromJsonArray -}}
+{{- $app := get $.Values.platform $name | default dict -}}
+{{- if and (dig "enabled" true $app) (not (and (eq $name "vllm") $.Values.platform.models)) -}}
+{{- $apps = append $apps (dict "name" (printf "platform.%s" $name) "app" $app "scaled" (get $table $name).scaled) -}}
+{{- end -}}
+{{- end -}}
+{{- $worst := dict "surge" 0 -}}
+{{- range $apps -}}
+{{- if and .scaled (eq (dig "resources" "accelerator" "cpu" .app) "gpu") -}}
+{{- $replicas := int (dig "num_replicas" $d.replica.num_replicas .app) -}}
+{{- with dig "autoscaling" nil .app -}}{{- $replicas = int (dig "max_replicas" $d.autoscaling.max_replicas .) -}}{{- end -}}
+{{- $percent := int (dig "max_surge_percent" $d.replica.max_surge_percent .app) -}}
+{{- $surge := div (add (mul $percent $replicas) 99) 100 -}}
+{{- if gt $surge (int $worst.surge) -}}
+{{- $worst = dict "name" .name "surge" $surge "replicas" $replicas "percent" $percent -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $demand := include "llm-serving.gpuDemand" . | int -}}
+{{- $capacity := mul (int $gpu.maxReplicas) (int $gpu.gpusPerWorker) -}}
+{{- $needed := add $demand (int $worst.surge) -}}
+{{- if gt $needed $capacity -}}
+a rolling update of {{ $worst.name }} at full scale ({{ $worst.replicas }} replicas) starts {{ $worst.surge }} surge replica(s) (max_surge_percent {{ $worst.percent }}) beside the {{ $demand }} GPU replica(s) Serve may run: it needs {{ $needed }} GPUs, but workers.gpu.maxReplicas x gpusPerWorker = {{ $capacity }}. At full scale the new replica(s) find no GPU and the rollout waits (old replicas keep serving) until load drops. Raise workers.gpu.maxReplicas={{ div (add $needed (int $gpu.gpusPerWorker) -1) (int $gpu.gpusPerWorker) }}, or lower max_replicas, or set that app's max_surge_percent: 0 (an old replica stops first).
+{{- end -}}
+{{- end -}}
+{{- end -}}
