@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 # meanwhile. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: install install-test system-deps serve bench compare lint test test-unit test-integration test-k8s fuzz durations render docs clean down status
+.PHONY: install install-test system-deps serve bench compare lint test test-unit test-integration test-k8s fuzz long-streams durations render docs clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
@@ -103,6 +103,13 @@ test: install-test lint
 # The full fuzzing budget (`make test` sends a smaller fixed one with the same seed).
 fuzz: install-test
 	LLM_SERVING_FUZZ=full $(PY) -m pytest tests/integration/test_fuzz.py $(PYTEST_ARGS)
+
+# Long streams through HAProxy reloads at full scale (tests/integration/test_long_streams.py, ~10
+# min, a platform each): a 200 s stream through a scale-up and a scale-down completes with the
+# hard stop derived from the request deadline (630 s), and is cut with Ray's default of 120 s.
+long-streams: install-test
+	LLM_SERVING_LONG_STREAMS=derived $(PY) -m pytest tests/integration/test_long_streams.py -s $(PYTEST_ARGS)
+	LLM_SERVING_LONG_STREAMS=ray-default $(PY) -m pytest tests/integration/test_long_streams.py -s $(PYTEST_ARGS)
 
 # Where the last run's time went (build/test-durations.json, written by every pytest run), and the
 # slowest ten tests into docs/guide/development.md.

@@ -32,6 +32,20 @@ single_machine()
 use_token_auth()
 
 
+# Long streams through HAProxy reloads (test_long_streams.py), by LLM_SERVING_LONG_STREAMS: the
+# platform's http.haproxy_hard_stop_s (None: derived from the request deadline, 630 s) and the
+# streams' lengths in seconds. `make test` runs `ci`: a 30 s hard stop, one stream shorter (it
+# completes) and one longer (it is cut), 40 s in all; `make long-streams` runs the two others,
+# a session each: a 200 s stream completes with the derived hard stop, and is cut with Ray's 120 s.
+# The other tests' requests last seconds, well within 30 s of a reload.
+LONG_STREAM_SCALES: dict[str, tuple[int | None, tuple[int, ...]]] = {
+    "ci": (30, (15, 60)),
+    "derived": (None, (200,)),
+    "ray-default": (120, (200,)),
+}
+LONG_STREAM_SCALE = os.environ.get("LLM_SERVING_LONG_STREAMS", "ci")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -40,11 +54,13 @@ def free_port() -> int:
 
 def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
     """The test platform: every app on the tiny model, small KV cache, loopback only."""
+    hard_stop_s = LONG_STREAM_SCALES[LONG_STREAM_SCALE][0]
+    hard_stop = {} if hard_stop_s is None else {"haproxy_hard_stop_s": hard_stop_s}
     return {
         "model": {"ref": MODEL, "max_model_len": 1024, "dtype": "float32"},
         # One machine: its HAProxy drops a stopping replica within a second, so each app
         # deleted, rolled or scaled down here waits 2 s instead of Ray's 30.
-        "http": {"host": "127.0.0.1", "port": port, "replica_drain_s": 2},
+        "http": {"host": "127.0.0.1", "port": port, "replica_drain_s": 2, **hard_stop},
         "ray": {
             "num_cpus": 8,
             "dashboard_port": dashboard_port,
