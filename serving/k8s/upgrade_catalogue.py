@@ -144,8 +144,10 @@ def _merged(base: Values, top: Values) -> Values:
     merged = dict(base)
     for key, value in top.items():
         under = merged.get(key)
-        both = isinstance(value, dict) and isinstance(under, dict)
-        merged[key] = _merged(under, value) if both else value  # type: ignore[arg-type]
+        if isinstance(value, dict) and isinstance(under, dict):
+            merged[key] = _merged(under, value)
+        else:
+            merged[key] = value
     return merged
 
 
@@ -292,7 +294,7 @@ def classified(change: Change) -> Classified:
 
 def generic_model_apps(outcome: Outcome, name: str) -> Outcome:
     """With `platform.models` the app `vllm` is the router and each model has its own app
-    (`vllm-<name>`): say so, not the example's names."""
+    (`vllm-<name>`): say so, not the example's names (a changed name gets `-2` appended)."""
     renamed = (
         app.replace(f"vllm-{name}", "vllm-<name>").replace("vllm-<name>-2", "vllm-<renamed>")
         for app in outcome.apps
