@@ -293,7 +293,7 @@ def chart_values() -> dict[str, Schema]:
         ),
         "podDisruptionBudget": closed(
             {
-                "workers": closed({"enabled": BOOL, "maxUnavailable": integer(0)}),
+                "workers": closed({"enabled": BOOL}),
                 "head": closed({"enabled": BOOL}),
             }
         ),

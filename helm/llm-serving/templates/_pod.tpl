@@ -62,7 +62,14 @@ KubeRay adds the `ray start` command, /dev/shm, its own labels and the wait-for-
 {{- .Values.model.cache.persistentVolumeClaim.existingClaim | default (printf "%s-model-cache" (include "llm-serving.fullname" .)) -}}
 {{- end -}}
 
-{{/* Health endpoints: GCS on the head's dashboard; the raylet via the dashboard agent on workers. */}}
+{{/*
+Health endpoints: GCS on the head's dashboard; the raylet via the dashboard agent on workers.
+A worker is Ready only while Serve's proxy on it answers (/-/healthz: it runs where replicas run),
+as KubeRay's own injected probe does: KubeRay labels every worker pod ray.io/serve=true and its
+serve Service selects on that label, so readiness alone keeps traffic on pods that serve. A
+worker without replicas stays NotReady; its group's PodDisruptionBudget evicts it regardless
+(unhealthyPodEvictionPolicy: AlwaysAllow) and counts only Ready pods, so it blocks no drain.
+*/}}
 {{- define "llm-serving.probes" -}}
 {{- $p := .root.Values.probes -}}
 {{- $live := ternary (dict "path" "/api/gcs_healthz" "port" "dashboard") (dict "path" "/api/local_raylet_healthz" "port" 52365) (eq .role "head") -}}
@@ -131,6 +138,8 @@ spec:
   {{- if ne .role "head" }}
   # Only the head's autoscaler sidecar talks to the Kubernetes API.
   automountServiceAccountToken: false
+  # The preStop drain's deadline, then time for Ray to stop (serving.k8s.drain.STOP_MARGIN_S).
+  terminationGracePeriodSeconds: {{ add (include "llm-serving.drainDeadlineSeconds" $root) 30 }}
   {{- end }}
   securityContext: {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
   {{- with include "llm-serving.serviceAccountName" $root }}
@@ -173,6 +182,14 @@ spec:
       resources: {{- include "llm-serving.rayResources" . | nindent 8 }}
       securityContext: {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
       {{- include "llm-serving.probes" . | nindent 6 }}
+      {{- if ne .role "head" }}
+      # Ray drains this node first (Serve moves its replicas, their requests end), within the
+      # request deadline; serving/k8s/drain.py.
+      lifecycle:
+        preStop:
+          exec:
+            command: [python, -m, serving.k8s.drain, --deadline-s, {{ include "llm-serving.drainDeadlineSeconds" $root | quote }}]
+      {{- end }}
       volumeMounts:
         {{- include "llm-serving.modelMounts" $root | nindent 8 }}
         {{- with $root.Values.extraVolumeMounts }}{{ toYaml . | nindent 8 }}{{ end }}
