@@ -66,7 +66,7 @@ requires a sliver of it (serving.k8s.serve_config.pinned_to_cpu_workers; local r
 {{- $cpu := .Values.workers.cpu -}}
 {{- $apps := include "llm-serving.cpuApps" . | fromJsonArray -}}
 {{- if and $apps (not $cpu.enabled) -}}
-{{ join ", " $apps }} run on the CPU; in the cluster they require Ray's {{ $resource }} resource, which only the CPU worker group advertises (GPU workers keep their CPUs for vLLM). Set workers.cpu.enabled=true, or disable those apps (or give them resources.accelerator=gpu).
+workers.cpu.enabled: false, but replicas on the CPU ({{ join ", " $apps }}) require Ray's {{ $resource }} resource in the cluster, which only the CPU worker group advertises (GPU workers keep their CPUs for vLLM). Set workers.cpu.enabled=true, or disable those apps (or give them resources.accelerator=gpu).
 {{- else if and $cpu.enabled (hasKey ($cpu.rayStartParams | default dict) "resources") (not (contains (printf `\"%s\"` $resource) (toString $cpu.rayStartParams.resources))) -}}
 workers.cpu.rayStartParams.resources: replaces the chart's resources of the CPU group but lacks {{ $resource }}, which every replica on the CPU requires. Add it, e.g. '"{\"{{ $resource }}\": 1, \"yours\": 1}"'.
 {{- end -}}
