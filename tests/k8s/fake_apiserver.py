@@ -53,7 +53,9 @@ def group_entry(group_version: str) -> dict[str, Any]:
     return {"name": name, "versions": [entry], "preferredVersion": entry}
 
 
-def routes(with_kuberay: bool, with_monitoring: bool = True) -> dict[str, dict[str, Any]]:
+def routes(
+    with_kuberay: bool, with_monitoring: bool = True, claims: dict[str, list[str]] | None = None
+) -> dict[str, dict[str, Any]]:
     groups = dict(GROUPS)
     if not with_monitoring:
         del groups["monitoring.coreos.com/v1"]
@@ -77,6 +79,13 @@ def routes(with_kuberay: bool, with_monitoring: bool = True) -> dict[str, dict[s
     }
     for group_version, kinds in groups.items():
         table[f"/apis/{group_version}"] = resource_list(group_version, kinds)
+    for name, modes in (claims or {}).items():  # existing PersistentVolumeClaims, by access modes
+        table[f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{name}"] = {
+            "kind": "PersistentVolumeClaim",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"accessModes": modes},
+        }
     return table
 
 
@@ -127,11 +136,14 @@ def kubeconfig_text(port: int) -> str:
 
 @contextmanager
 def fake_cluster(
-    tmp_path: Path, with_kuberay: bool, with_monitoring: bool = True
+    tmp_path: Path,
+    with_kuberay: bool,
+    with_monitoring: bool = True,
+    claims: dict[str, list[str]] | None = None,
 ) -> Iterator[Path]:
     """Serve the fake API on a free loopback port; yields a kubeconfig pointing at it."""
     server = ThreadingHTTPServer(
-        ("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring))
+        ("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring, claims))
     )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

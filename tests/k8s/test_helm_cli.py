@@ -121,3 +121,20 @@ def test_kuberay_check_runs_for_a_namespace_not_created_yet(helm, tmp_path: Path
         )
     assert done.returncode != 0
     assert "this cluster has no KubeRay CRDs (ray.io/v1 RayService)" in done.stderr
+
+
+def test_an_existing_read_write_once_claim_is_looked_up_and_refused(helm, tmp_path: Path) -> None:
+    """Offline renders cannot see an existing claim; an install reads its access modes."""
+    claim = ["--set", "model.cache.persistentVolumeClaim.enabled=true"]
+    claim += ["--set", "model.cache.persistentVolumeClaim.existingClaim=models"]
+    for modes, refused in ((["ReadWriteOnce"], True), (["ReadWriteMany"], False)):
+        with fake_cluster(tmp_path, with_kuberay=True, claims={"models": modes}) as kubeconfig:
+            done = helm(
+                "--kubeconfig",
+                str(kubeconfig),
+                "--dry-run=server",
+                "--disable-openapi-validation",
+                *claim,
+            )
+        assert (done.returncode != 0) is refused, done.stderr
+        assert ("(of claim models) lets one node mount" in done.stderr) is refused
