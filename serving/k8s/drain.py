@@ -80,11 +80,17 @@ def drain(deadline_s: int, poll_s: float = POLL_S) -> str:
     )
     if not accepted:
         return f"the GCS refused to drain node {node_id}: {refusal}"
+    # The GCS's view of a node's resources lags its raylet by about a second: idle counts only
+    # when seen twice, a poll apart (not a view from before a replica was placed).
+    idle_polls = 0
     while time.monotonic() < until:
-        node = this_node(node_states(gcs), node.instance_id, node.node_ip_address)
-        if node is None or is_idle(node):
-            return f"node {node_id} drained"
         time.sleep(poll_s)
+        node = this_node(node_states(gcs), node.instance_id, node.node_ip_address)
+        if node is None:
+            return f"node {node_id} drained (gone)"
+        idle_polls = idle_polls + 1 if is_idle(node) else 0
+        if idle_polls >= 2:
+            return f"node {node_id} drained"
     return f"node {node_id} still busy after {deadline_s} s: stopping anyway"
 
 
