@@ -82,12 +82,15 @@ def vllm_entry(document: dict) -> dict:
 
 
 def test_local_deploy_sends_the_rayservice_serve_config(monkeypatch) -> None:
-    from serving.k8s.serve_config import serve_config_v2
+    from serving.k8s.serve_config import CPU_WORKER_RESOURCE, serve_config, serve_config_v2
 
     config = parse_config({"http": {"port": 8123}, "vllm": {"autoscaling": {"max_replicas": 2}}})
     document = deployed_document(config, monkeypatch)
     assert document["http_options"] == {"host": "127.0.0.1", "port": 8123}  # loopback here
-    assert document["applications"] == serve_config_v2(config)["applications"]
+    assert document["applications"] == serve_config(config, "0.0.0.0")["applications"]
+    # The RayService's apps, but for the CPU worker group's resource: one local node has none.
+    assert CPU_WORKER_RESOURCE in json.dumps(serve_config_v2(config)["applications"])
+    assert CPU_WORKER_RESOURCE not in json.dumps(document["applications"])
 
 
 @pytest.mark.parametrize(
