@@ -14,7 +14,15 @@ import httpx
 import kopf
 
 from operators import kube, render, status
-from operators.spec import GROUP, PLURAL, VERSION, LLMServiceSpec, SpecError, parse_spec
+from operators.spec import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    LLMServiceSpec,
+    SpecError,
+    parse_spec,
+    surge_shortfall,
+)
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 # How often the status follows the RayService and the metrics (and a deleted RayService returns).
@@ -99,6 +107,8 @@ def _apply(
         kopf.info(
             body, reason=f"RayService{action.capitalize()}", message=f"RayService {name} {action}"
         )
+        if shortfall := surge_shortfall(spec):
+            kopf.warn(body, reason="NoGPUForSurge", message=shortfall)
     patch.status.update(
         status.observed_status(name, namespace, spec, current, None, generation, old, now())
     )
@@ -125,7 +135,12 @@ def identity(body: kopf.Body) -> tuple[str, str]:
 
 
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    """Render the RayService and create or patch it."""
+    """Render the RayService and create or patch it (a new resource, or the operator restarted)."""
+    _apply(*identity(body), body, patch, memo, follow_live=False)
+
+
+def reconcile_change(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """A spec change: rendered to start a new RayCluster, if it builds one, at the live replicas."""
     _apply(*identity(body), body, patch, memo)
 
 
@@ -191,7 +206,7 @@ def register(registry: kopf.OperatorRegistry, sync_interval_s: float = SYNC_INTE
     kopf.on.login(registry=registry)(kopf.login_via_client)
     for cause in (kopf.on.resume, kopf.on.create):
         cause(*RESOURCE, registry=registry)(reconcile)
-    kopf.on.update(*RESOURCE, field="spec", registry=registry)(reconcile)
+    kopf.on.update(*RESOURCE, field="spec", registry=registry)(reconcile_change)
     kopf.on.delete(*RESOURCE, registry=registry)(delete)
     # A failed sync (API or network hiccup) retries at the next tick, not after kopf's 60 s.
     kopf.timer(*RESOURCE, interval=sync_interval_s, backoff=sync_interval_s, registry=registry)(

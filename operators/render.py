@@ -101,9 +101,12 @@ def image_values(image: str) -> Doc:
 
 
 def needs_cpu_group(spec: LLMServiceSpec) -> bool:
-    """GPU workers run only vLLM: enabled apps on the CPU need a CPU group beside them."""
+    """GPU workers run only vLLM: enabled apps on the CPU need a CPU group beside them, the
+    router of `models` included (replicas on the CPU require the CPU group's resource)."""
     config = spec.platform
     accelerators = [d.resources.accelerator for d in vllm_deployments(config)]
+    if config.models and config.vllm.enabled:
+        accelerators.append("cpu")
     for app in registry.apps_of(config):
         settings = getattr(config, app.name)
         if app.name != "vllm" and settings.enabled:

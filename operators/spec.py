@@ -146,16 +146,28 @@ class PodSettings(CamelModel):
     )
 
 
-def gpu_demand(config: PlatformConfig) -> int:
-    """GPUs Serve may ask for at most: one per replica of every enabled app (each model of
-    `models` counted on its own) on accelerator gpu."""
+def gpu_replicas(config: PlatformConfig) -> list[tuple[int, int]]:
+    """(most replicas, max_surge_percent) of every enabled app (each model of `models` on its
+    own) on accelerator gpu."""
     others = [getattr(config, app.name) for app in apps_of(config) if app.name != "vllm"]
-    demand = 0
+    found = []
     for section in [*vllm_deployments(config), *(s for s in others if s.enabled)]:
         if section.resources.accelerator == "gpu":
             scaling = getattr(section, "autoscaling", None)  # an app Serve does not scale has one
-            demand += scaling.max_replicas if scaling else getattr(section, "num_replicas", 1)
-    return demand
+            most = scaling.max_replicas if scaling else getattr(section, "num_replicas", 1)
+            found.append((most, getattr(section, "max_surge_percent", 0)))
+    return found
+
+
+def gpu_demand(config: PlatformConfig) -> int:
+    """GPUs Serve may ask for at most: one per replica of every GPU app."""
+    return sum(most for most, _ in gpu_replicas(config))
+
+
+def surge_gpus(config: PlatformConfig) -> int:
+    """GPUs a rolling update adds at full scale: the largest ceil(surge% x replicas) of any GPU
+    app (Serve's _surge_replicas_to_start; the chart's llm-serving.surgeWarning)."""
+    return max((-(-percent * most // 100) for most, percent in gpu_replicas(config)), default=0)
 
 
 class LLMServiceSpec(CamelModel):
@@ -260,6 +272,20 @@ class LLMServiceSpec(CamelModel):
                 f"{capacity}: raise workers.max or lower the apps' replicas"
             )
         return self
+
+
+def surge_shortfall(spec: LLMServiceSpec) -> str | None:
+    """Why a rolling update at full scale would wait for a GPU (the chart's install note), or None."""
+    demand, surge = gpu_demand(spec.platform), surge_gpus(spec.platform)
+    capacity = spec.workers.max * spec.gpus_per_replica
+    if not surge or demand + surge <= capacity:
+        return None
+    return (
+        f"a rolling update at full scale starts {surge} surge replica(s) beside the {demand} GPU "
+        f"replica(s) Serve may run: {demand + surge} GPUs, but workers.max x gpusPerReplica = "
+        f"{capacity}; the new replicas wait (old ones keep serving) until load drops. Raise "
+        "workers.max, or set that app's max_surge_percent: 0"
+    )
 
 
 def parse_spec(spec: dict | None) -> LLMServiceSpec:

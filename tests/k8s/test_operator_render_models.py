@@ -48,7 +48,9 @@ def worker_cpus(typed: LLMServiceSpec) -> str:
 
 
 def test_workers_prefetch_every_model_and_run_only_gpu_models() -> None:
-    (group,) = rendered()["spec"]["rayClusterConfig"]["workerGroupSpecs"]  # no app on the CPU
+    groups = rendered()["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == ["gpu", "cpu"]  # the router runs on the CPU group
+    group = groups[0]
     (init,) = group["template"]["spec"]["initContainers"]
     assert init["command"][3:] == ["Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B"]
     assert group["rayStartParams"] == {"num-cpus": "1"}

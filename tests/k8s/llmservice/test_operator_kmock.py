@@ -139,6 +139,11 @@ async def test_a_new_cluster_starts_at_the_live_replicas(k8s: Any, operator: Any
 
     scaling = await eventually(vllm_scaling, what="the new image")
     assert (scaling["min_replicas"], scaling["initial_replicas"]) == (1, 3)
+    # 4 replicas on at most 4 GPUs: a rolling update's surge replica would find none.
+    await eventually(
+        lambda: "NoGPUForSurge" in [event["reason"] for event in posted_events(k8s)],
+        what="the surge warning",
+    )
 
 
 async def test_network_policy_is_owned_and_follows_the_spec(k8s: Any, operator: Any) -> None:

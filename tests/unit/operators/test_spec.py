@@ -74,3 +74,16 @@ def test_inline_keys_are_refused_and_the_message_points_to_the_secret() -> None:
         parse_spec(spec(platform={"auth": {"api_keys": ["sk-secret-1"]}}))
     assert "apiKeySecret" in str(err.value)
     assert "sk-secret-1" not in str(err.value)
+
+
+def test_a_surge_without_a_gpu_is_named() -> None:
+    """The example runs up to 4 GPU replicas on at most 4 GPUs: a rolling update at full scale
+    starts ceil(25% x 4) = 1 more and waits for a fifth GPU (the chart's install note says so)."""
+    from operators.spec import surge_shortfall
+
+    shortfall = surge_shortfall(parse_spec(spec()))
+    assert shortfall and "starts 1 surge replica(s) beside the 4 GPU replica(s)" in shortfall
+    assert surge_shortfall(parse_spec(spec(workers={"min": 1, "max": 5}))) is None
+    platform = copy.deepcopy(EXAMPLE["spec"]["platform"])
+    platform["vllm"]["max_surge_percent"] = 0
+    assert surge_shortfall(parse_spec(spec(platform=platform))) is None
