@@ -81,17 +81,17 @@ def docs() -> None:
 
 @render.command("upgrade-paths")
 def upgrade_paths() -> None:
-    """Regenerate the chart README's table of which path each value takes on `helm upgrade`
+    """Regenerate the table of which path each value takes on `helm upgrade` (chart README, docs)
     (every value changed, the chart rendered before and after, classified as KubeRay and Serve
     decide)."""
     from serving.k8s.chart import RenderError
-    from serving.k8s.upgrade_table import README, readme_with_table, upgrade_table
+    from serving.k8s.upgrade_table import PAGES, page_with_table, upgrade_table
 
     try:
         table = upgrade_table()
     except RenderError as err:
         fail(f"the chart's defaults do not render: {err}")
-    _write_files({README: readme_with_table(README.read_text(), table)})
+    _write_files({page: page_with_table(page.read_text(), table, page) for page in PAGES})
 
 
 @render.command("manifests")

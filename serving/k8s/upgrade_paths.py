@@ -42,9 +42,11 @@ COST = {
     UpgradePath.RAYSERVICE_REPLACED: "the RayService's name changes: Helm deletes it (and its "
     "cluster) and creates another, so nothing serves until the new cluster is up",
     UpgradePath.NEW_CLUSTER: "with `ray.upgradeStrategy: NewCluster` KubeRay builds a second "
-    "RayCluster, waits until its Serve apps run, then switches the API Service: zero downtime, "
-    "twice the resources meanwhile. With `None` nothing is applied until you recreate the "
-    "RayService",
+    "RayCluster, its vLLM apps starting at `initial_replicas` (the operator writes the live "
+    "count; with the chart, set it), waits until its Serve apps run, switches the API Service, "
+    "and deletes the old cluster after the drain deadline: no request dropped, twice the GPUs "
+    "meanwhile (`NewClusterWithIncrementalUpgrade`: in steps, less). With `None` nothing is "
+    "applied until you recreate the RayService",
     UpgradePath.CLUSTER_UPDATED: "KubeRay updates the running RayCluster (worker groups appended "
     "at the end): its pods stay",
     UpgradePath.APP_ROLLED: "Serve rolls that app's replicas (its code version changed). With "

@@ -1,17 +1,19 @@
 """The chart README's upgrade-path table: every value of the catalogue (upgrade_catalogue),
 grouped by the path its change takes (upgrade_paths), the most disruptive first. `upgrade_table`
-is the markdown, for any page to embed; `llm-serving render upgrade-paths` writes it into the
-README between its markers."""
+is the markdown; `llm-serving render upgrade-paths` writes it into every page of PAGES (the chart
+README, the operating guide) between their markers."""
 
 from __future__ import annotations
 
 import re
 
-from serving.k8s import CHART_DIR
+from serving.k8s import CHART_DIR, REPO_ROOT
 from serving.k8s.upgrade_catalogue import Classified, classified_catalogue
 from serving.k8s.upgrade_paths import COST, Outcome, UpgradePath
 
 README = CHART_DIR / "README.md"
+# Every page that shows the table, between its markers.
+PAGES = (README, REPO_ROOT / "docs" / "guide" / "kubernetes" / "operating.md")
 BLOCK = re.compile(r"(<!-- upgrade-paths:start -->\n).*?(<!-- upgrade-paths:end -->)", re.S)
 
 
@@ -75,8 +77,8 @@ def upgrade_table(results: list[Classified] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme_with_table(readme: str, table: str) -> str:
-    """The README with its upgrade-paths block replaced by `table`."""
-    if not BLOCK.search(readme):
-        raise ValueError(f"{README} has no <!-- upgrade-paths:start/end --> block")
-    return BLOCK.sub(lambda match: f"{match.group(1)}{table}{match.group(2)}", readme)
+def page_with_table(page: str, table: str, name: object = README) -> str:
+    """The page with its upgrade-paths block replaced by `table`."""
+    if not BLOCK.search(page):
+        raise ValueError(f"{name} has no <!-- upgrade-paths:start/end --> block")
+    return BLOCK.sub(lambda match: f"{match.group(1)}{table}{match.group(2)}", page)

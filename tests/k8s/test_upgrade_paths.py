@@ -6,6 +6,7 @@ against what KubeRay 1.7's utils/util.go mutes."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,9 +34,12 @@ def results() -> list[catalogue.Classified]:
     return catalogue.classified_catalogue()
 
 
-def test_the_readme_table_is_the_computed_one(results: list[catalogue.Classified]) -> None:
-    block = upgrade_table.BLOCK.search(upgrade_table.README.read_text())
-    assert block, "the chart README lost its <!-- upgrade-paths:start/end --> block"
+@pytest.mark.parametrize("page", upgrade_table.PAGES, ids=lambda page: page.name)
+def test_the_readme_table_is_the_computed_one(
+    results: list[catalogue.Classified], page: Path
+) -> None:
+    block = upgrade_table.BLOCK.search(page.read_text())
+    assert block, f"{page} lost its <!-- upgrade-paths:start/end --> block"
     written = block.group(0).removeprefix(block.group(1)).removesuffix(block.group(2))
     assert written == upgrade_table.upgrade_table(results), REGENERATE
 
