@@ -1,5 +1,5 @@
-"""The operator's Kubernetes calls for the objects it owns, RayServices and NetworkPolicies
-(kubernetes client, CustomObjectsApi: its generic paths serve built-in kinds too).
+"""The operator's Kubernetes calls for the objects it owns, RayServices, NetworkPolicies and
+PodDisruptionBudgets (kubernetes client, CustomObjectsApi: its generic paths serve built-in kinds too).
 
 Updates are JSON merge patches computed against the live object, so a field removed from the
 LLMService is removed from the RayService too (a plain merge patch would leave it behind)."""
@@ -12,6 +12,7 @@ import kubernetes
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayservices"
 NETPOL_GROUP, NETPOL_VERSION, NETPOL_PLURAL = "networking.k8s.io", "v1", "networkpolicies"
+PDB_GROUP, PDB_VERSION, PDB_PLURAL = "policy", "v1", "poddisruptionbudgets"
 Applied = Literal["created", "patched", "unchanged"]
 _MISSING = object()
 
@@ -169,3 +170,9 @@ class NetworkPolicies(OwnedObjects):
     """The NetworkPolicy over an LLMService's Ray pods."""
 
     group, version, plural, kind = NETPOL_GROUP, NETPOL_VERSION, NETPOL_PLURAL, "NetworkPolicy"
+
+
+class DisruptionBudgets(OwnedObjects):
+    """The PodDisruptionBudgets over an LLMService's worker groups."""
+
+    group, version, plural, kind = PDB_GROUP, PDB_VERSION, PDB_PLURAL, "PodDisruptionBudget"

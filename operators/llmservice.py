@@ -50,6 +50,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # kopf's login has configured the kubernetes client.
     memo.ray_services = kube.RayServices()
     memo.network_policies = kube.NetworkPolicies()
+    memo.disruption_budgets = kube.DisruptionBudgets()
     # Rendering loads Helm's library and the chart (LLM_SERVING_CHART_DIR in the image): fail
     # fast here if the image cannot render at all, rather than on the first LLMService.
     render.render_rayservice("warm-up", "default", {"image": "warm-up"})
@@ -79,6 +80,18 @@ def live_replicas(name: str, namespace: str, spec: LLMServiceSpec) -> dict[str, 
     return status.read_live_replicas(url, fetch_text, status.vllm_apps(spec.platform))
 
 
+def apply_budgets(
+    name: str, namespace: str, desired: list[dict[str, Any]], uid: str, memo: kopf.Memo
+) -> None:
+    """Create or patch each worker group's PodDisruptionBudget; remove those no longer rendered
+    (a group gone, or its workers.min now 0)."""
+    for budget in desired:
+        memo.disruption_budgets.apply(budget, owner_uid=uid)
+    wanted = {budget["metadata"]["name"] for budget in desired}
+    for stale in set(render.budget_names(name)) - wanted:
+        memo.disruption_budgets.delete(stale, namespace, owner_uid=uid)
+
+
 def _apply(
     name: str,
     namespace: str,
@@ -94,9 +107,12 @@ def _apply(
     try:
         spec = parse_spec(dict(body.get("spec") or {}))
         live = live_replicas(name, namespace, spec) if follow_live else {}
-        desired, policy = render.render_owned(name, namespace, spec, owner=dict(body), live=live)
+        desired, policy, budgets = render.render_owned(
+            name, namespace, spec, owner=dict(body), live=live
+        )
         # The policy first: Ray pods never run unguarded.
         apply_network_policy(name, namespace, policy, meta.get("uid"), memo)
+        apply_budgets(name, namespace, budgets, meta.get("uid"), memo)
         action, current = memo.ray_services.apply(desired, owner_uid=meta.get("uid"))
     except (SpecError, kube.OwnershipError, kube.KubeRayMissing) as err:
         reason = REJECTION_REASONS[type(err)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, SpecError, parse_spec
 from serving import apps as registry
@@ -30,9 +30,9 @@ MANAGED_BY = "llm-serving-operator"
 INSTANCE_LABEL = f"{GROUP}/llmservice"
 Doc = dict[str, Any]
 
-# Chart objects beside the RayService and its NetworkPolicy: the operator owns none of them, so
-# none is rendered. The operator checks for KubeRay itself (kube.KubeRayMissing) and scrapes
-# KubeRay's head Service.
+# Chart objects beside the RayService, its NetworkPolicy and its workers' PodDisruptionBudgets:
+# the operator owns none of them, so none is rendered. The operator checks for KubeRay itself
+# (kube.KubeRayMissing) and scrapes KubeRay's head Service.
 NOTHING_ELSE: Doc = {
     "kuberay": {"checkOperator": False},
     "services": {"dashboard": {"enabled": False}, "metrics": {"enabled": False}},
@@ -43,7 +43,7 @@ NOTHING_ELSE: Doc = {
         "grafanaDashboard": {"enabled": False},
     },
     "devicePlugin": {"enabled": False},
-    "podDisruptionBudget": {"workers": {"enabled": False}, "head": {"enabled": False}},
+    "podDisruptionBudget": {"head": {"enabled": False}},  # the workers' budgets are owned
     "operator": {"enabled": False},
     "helmTest": {"enabled": False},
 }
@@ -244,16 +244,29 @@ def network_policy_name(name: str) -> str:
     return f"{name}-ray"
 
 
+def budget_names(name: str) -> tuple[str, ...]:
+    """Every PodDisruptionBudget an LLMService's workers may have (the chart's
+    `<fullname>-<group>-workers`, one per group with minReplicas > 0)."""
+    return tuple(f"{name}-{group}-workers" for group in ("gpu", "cpu"))
+
+
+class Owned(NamedTuple):
+    rayservice: Doc
+    network_policy: Doc | None  # None with networkPolicy off
+    budgets: list[Doc]  # one per worker group with workers.min > 0
+
+
 def render_owned(
     name: str,
     namespace: str,
     spec: LLMServiceSpec | Doc,
     owner: Doc | None = None,
     live: Mapping[str, int] | None = None,
-) -> tuple[Doc, Doc | None]:
-    """The RayService an LLMService owns and its NetworkPolicy (None with networkPolicy off);
-    raises SpecError on an invalid spec, or with Helm's message when the chart refuses the
-    values (its schema, its validation). `live`: healthy replicas per vLLM app now."""
+) -> Owned:
+    """What an LLMService owns: its RayService, NetworkPolicy and the workers'
+    PodDisruptionBudgets (a node drain never takes a group below workers.min); raises SpecError on
+    an invalid spec, or with Helm's message when the chart refuses the values (its schema, its
+    validation). `live`: healthy replicas per vLLM app now."""
     typed = spec if isinstance(spec, LLMServiceSpec) else parse_spec(spec)
     values = chart_values(name, typed, chart_defaults(), live)
     try:
@@ -265,7 +278,9 @@ def render_owned(
     for policy in policies:
         policy["metadata"]["name"] = network_policy_name(name)
         owned(policy, name, namespace, owner)
-    return with_operator_metadata(rayservice, name, namespace, owner), next(iter(policies), None)
+    budgets = [owned(d, name, namespace, owner) for d in docs if d["kind"] == "PodDisruptionBudget"]
+    rayservice = with_operator_metadata(rayservice, name, namespace, owner)
+    return Owned(rayservice, next(iter(policies), None), budgets)
 
 
 def render_rayservice(

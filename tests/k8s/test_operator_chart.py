@@ -60,6 +60,7 @@ def test_operator_rbac_is_limited_to_what_it_touches(operator_docs: dict[str, Do
         "llmservices/finalizers",
         "rayservices",
         "networkpolicies",
+        "poddisruptionbudgets",
         "events",
     }
     # blockOwnerDeletion on the RayService's owner reference needs update on the finalizers.

@@ -197,13 +197,15 @@ def test_the_platform_is_served_as_written(platform: Doc) -> None:
     assert yaml.safe_load(doc["spec"]["serveConfigV2"]) == serve_config_v2(typed.platform)
 
 
-def test_the_chart_renders_nothing_but_the_rayservice_and_its_policy() -> None:
+def test_the_chart_renders_nothing_but_what_the_operator_owns() -> None:
     """Whatever else the chart can create (Services, monitors, Secrets, PVC, test pod) the
-    operator does not own: its values turn all of it off, but for the NetworkPolicy."""
+    operator does not own: its values turn all of it off, but for the NetworkPolicy and the
+    worker group's PodDisruptionBudget."""
+    owned = ["NetworkPolicy", "PodDisruptionBudget", "RayService"]
     for typed in (parse_spec(spec()), parse_spec(settled_spec()), parse_spec(cpu_spec())):
         values = render.chart_values("qwen", typed, k8s_render.merged_values())
         docs = k8s_render.render_documents(values, release="qwen", namespace="ns")
-        assert sorted(doc["kind"] for doc in docs) == ["NetworkPolicy", "RayService"]
+        assert sorted(doc["kind"] for doc in docs) == owned
 
 
 def test_rayservice_carries_the_operators_labels() -> None:
@@ -284,7 +286,7 @@ def test_ray_token_auth_by_default_and_rayauth_switches_it() -> None:
 
 
 def test_network_policy_guards_the_ray_pods_and_lets_the_operator_scrape() -> None:
-    rayservice, policy = render.render_owned("qwen", "team-a", spec(), owner=OWNER)
+    rayservice, policy, _ = render.render_owned("qwen", "team-a", spec(), owner=OWNER)
     assert policy is not None
     meta = policy["metadata"]
     assert (meta["name"], meta["namespace"]) == ("qwen-ray", "team-a")
@@ -304,7 +306,7 @@ def test_network_policy_guards_the_ray_pods_and_lets_the_operator_scrape() -> No
     assert render.OPERATOR_PEER in metrics["from"]
     assert k8s_render.merged_values()["networkPolicy"]["metricsFrom"][0] in metrics["from"]
     assert [p for v in K8S_VERSIONS for p in k8s_errors(policy, v)] == []
-    assert render.render_owned("qwen", "ns", spec(networkPolicy=False))[1] is None
+    assert render.render_owned("qwen", "ns", spec(networkPolicy=False)).network_policy is None
 
 
 def test_operator_pods_carry_the_label_policies_let_in() -> None:
@@ -334,3 +336,20 @@ def test_incremental_upgrade_reaches_the_rayservice() -> None:
     }
     with pytest.raises(SpecError, match="needs incrementalUpgrade"):
         parse_spec(spec(upgradeStrategy="NewClusterWithIncrementalUpgrade"))
+
+
+def test_worker_groups_get_owned_disruption_budgets() -> None:
+    """Failed before: the operator switched the chart's budgets off, so `kubectl drain` could
+    evict an LLMService's only GPU worker."""
+    owned = render.render_owned("qwen", "team-a", spec(workers={"min": 2, "max": 4}), owner=OWNER)
+    (budget,) = owned.budgets  # the example runs no app on the CPU: no CPU group
+    meta = budget["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("qwen-gpu-workers", "team-a")
+    assert meta["name"] in render.budget_names("qwen")
+    assert meta["ownerReferences"] == owned.rayservice["metadata"]["ownerReferences"]
+    assert budget["spec"]["minAvailable"] == 2
+    (gpu,) = cluster(owned.rayservice)["workerGroupSpecs"]
+    labels = gpu["template"]["metadata"]["labels"] | {"ray.io/group": gpu["groupName"]}
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert [p for v in K8S_VERSIONS for p in k8s_errors(budget, v)] == []
+    assert render.render_owned("qwen", "ns", spec(workers={"min": 0, "max": 4})).budgets == []

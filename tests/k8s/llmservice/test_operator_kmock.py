@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tests.k8s.llmservice.conftest import (
+    BUDGETS,
     LLMSERVICES,
     NAMESPACE,
     NETWORKPOLICIES,
@@ -161,6 +162,20 @@ async def test_network_policy_is_owned_and_follows_the_spec(k8s: Any, operator: 
     await patch(k8s, name, {"metadata": {"generation": 2}, "spec": {"networkPolicy": False}})
     await eventually(
         lambda: obj(k8s, NETWORKPOLICIES, f"{name}-ray") is None, what="the policy removed"
+    )
+
+
+async def test_worker_budgets_follow_the_spec(k8s: Any, operator: Any) -> None:
+    body = example()
+    name = body["metadata"]["name"]
+    await create(k8s, body)
+    budget = await eventually(lambda: obj(k8s, BUDGETS, f"{name}-gpu-workers"), what="a budget")
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == body["metadata"]["uid"]
+    assert budget["spec"]["minAvailable"] == body["spec"]["workers"]["min"]
+
+    await patch(k8s, name, {"metadata": {"generation": 2}, "spec": {"workers": {"min": 0}}})
+    await eventually(
+        lambda: obj(k8s, BUDGETS, f"{name}-gpu-workers") is None, what="the budget removed"
     )
 
 
