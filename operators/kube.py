@@ -176,3 +176,16 @@ class DisruptionBudgets(OwnedObjects):
     """The PodDisruptionBudgets over an LLMService's worker groups."""
 
     group, version, plural, kind = PDB_GROUP, PDB_VERSION, PDB_PLURAL, "PodDisruptionBudget"
+
+
+def claim_access_modes(name: str, namespace: str) -> list[str] | None:
+    """The access modes of a PersistentVolumeClaim; None when it does not exist (yet)."""
+    try:
+        claim = kubernetes.client.CoreV1Api().read_namespaced_persistent_volume_claim(
+            name, namespace
+        )
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return list(claim.spec.access_modes or [])

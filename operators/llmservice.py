@@ -106,6 +106,10 @@ def _apply(
     generation = meta.get("generation")
     try:
         spec = parse_spec(dict(body.get("spec") or {}))
+        if spec.pods.model_cache_claim:  # its access modes live in the API, not in the spec
+            modes = kube.claim_access_modes(spec.pods.model_cache_claim, namespace)
+            if problem := render.cache_claim_problem(spec, modes):
+                raise SpecError(problem)
         live = live_replicas(name, namespace, spec) if follow_live else {}
         desired, policy, budgets = render.render_owned(
             name, namespace, spec, owner=dict(body), live=live

@@ -156,6 +156,31 @@ def secret_values(spec: LLMServiceSpec) -> Doc:
     return {"model": {"hfToken": hf_token, "cache": cache}, "apiKeys": api_keys}
 
 
+def cache_claim_problem(spec: LLMServiceSpec, modes: list[str] | None) -> str | None:
+    """The chart's rule for a model cache claim (templates/_validate.tpl, modelCache), with the
+    claim's access modes read from the API (the operator renders offline, where Helm's lookup is
+    empty): a claim one node mounts cannot serve worker pods on several."""
+    claim = spec.pods.model_cache_claim
+    if not claim or not modes or "ReadWriteMany" in modes:
+        return None
+    workers = workers_values(spec, chart_defaults()["workers"])
+    defaults = chart_defaults()["workers"]
+    pods = sum(
+        int(group.get("maxReplicas", defaults[key]["maxReplicas"]))
+        for key, group in workers.items()
+        if group.get("enabled")
+    ) * (1 if spec.upgrade_strategy == "None" else 2)  # a new cluster mounts it beside the old
+    if pods <= 1:
+        return None
+    return (
+        f"pods.modelCacheClaim: claim {claim} has access modes {modes}, which let one node mount "
+        f"it, but up to {pods} worker pods may (workers.max, twice during an upgrade that builds "
+        "a new RayCluster); pods on another node would hang in ContainerCreating. Use a "
+        "ReadWriteMany claim (EFS, Filestore, Azure Files, NFS), or leave modelCacheClaim unset "
+        "(an emptyDir per pod)"
+    )
+
+
 def network_policy_values(spec: LLMServiceSpec, defaults: Doc) -> Doc:
     """The chart's NetworkPolicy over the Ray pods, the operator's own pods let in to scrape."""
     if not spec.network_policy:

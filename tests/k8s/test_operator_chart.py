@@ -62,6 +62,7 @@ def test_operator_rbac_is_limited_to_what_it_touches(operator_docs: dict[str, Do
         "networkpolicies",
         "poddisruptionbudgets",
         "events",
+        "persistentvolumeclaims",
     }
     # blockOwnerDeletion on the RayService's owner reference needs update on the finalizers.
     finalizers = next(r for r in rules if "llmservices/finalizers" in r["resources"])

@@ -22,6 +22,7 @@ LLMSERVICES = f"{GROUP}/{VERSION}/{PLURAL}"
 RAYSERVICES = "ray.io/v1/rayservices"
 NETWORKPOLICIES = "networking.k8s.io/v1/networkpolicies"
 BUDGETS = "policy/v1/poddisruptionbudgets"
+CLAIMS = "v1/persistentvolumeclaims"
 EVENTS = "v1/events"
 NAMESPACE = "default"
 VERBS = {"get", "list", "watch", "create", "patch", "delete"}
@@ -40,6 +41,7 @@ def declare_resources(k8s: Any) -> None:
     )
     k8s.resources[NETWORKPOLICIES] = info(kind="NetworkPolicy", namespaced=True, verbs=VERBS)
     k8s.resources[BUDGETS] = info(kind="PodDisruptionBudget", namespaced=True, verbs=VERBS)
+    k8s.resources[CLAIMS] = info(kind="PersistentVolumeClaim", namespaced=True, verbs=VERBS)
     k8s.resources[EVENTS] = info(kind="Event", namespaced=True, verbs={"create"})
     k8s.resources["v1/namespaces"] = info(
         kind="Namespace", namespaced=False, verbs={"list", "watch"}

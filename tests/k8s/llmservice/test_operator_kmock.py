@@ -13,6 +13,7 @@ import yaml
 
 from tests.k8s.llmservice.conftest import (
     BUDGETS,
+    CLAIMS,
     LLMSERVICES,
     NAMESPACE,
     NETWORKPOLICIES,
@@ -177,6 +178,27 @@ async def test_worker_budgets_follow_the_spec(k8s: Any, operator: Any) -> None:
     await eventually(
         lambda: obj(k8s, BUDGETS, f"{name}-gpu-workers") is None, what="the budget removed"
     )
+
+
+async def test_a_claim_one_node_mounts_is_refused(k8s: Any, operator: Any) -> None:
+    """Failed before: the operator renders offline, where the chart cannot read an existing
+    claim, so a ReadWriteOnce model cache went to every worker pod (Multi-Attach errors)."""
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "models"}}
+    k8s.objects[CLAIMS, NAMESPACE, "models"] = claim | {"spec": {"accessModes": ["ReadWriteOnce"]}}
+    body = example()
+    body["spec"]["pods"] = {"modelCacheClaim": "models"}
+    await create(k8s, body)
+    name = body["metadata"]["name"]
+    degraded = await eventually(
+        lambda: (c := condition(obj(k8s, LLMSERVICES, name), "Degraded"))["status"] == "True" and c,
+        what="a Degraded condition",
+    )
+    assert degraded["reason"] == "InvalidSpec"
+    assert (
+        "pods.modelCacheClaim: claim models has access modes ['ReadWriteOnce']"
+        in (degraded["message"])
+    )
+    assert obj(k8s, RAYSERVICES, name) is None
 
 
 async def test_delete_removes_the_rayservice(k8s: Any, operator: Any) -> None:

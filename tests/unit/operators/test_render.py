@@ -128,3 +128,23 @@ def test_an_initial_replicas_written_wins() -> None:
     }
     written = render.starting_at_live_replicas(parse_spec(spec), {"vllm": 4})
     assert written["vllm"]["autoscaling"]["initial_replicas"] == 2
+
+
+@pytest.mark.parametrize(
+    ("changes", "modes", "refused"),
+    [
+        ({}, ["ReadWriteOnce"], True),
+        ({}, ["ReadWriteMany"], False),
+        ({}, None, False),  # not there yet: the pods wait for it, nothing to judge
+        ({"workers": {"min": 1, "max": 1}, "upgradeStrategy": "None"}, ["ReadWriteOnce"], False),
+        ({"workers": {"min": 1, "max": 1}}, ["ReadWriteOnce"], True),  # the new cluster's pod
+    ],
+)
+def test_a_claim_one_node_mounts_serves_one_pod_only(
+    changes: dict[str, Any], modes: list[str] | None, refused: bool
+) -> None:
+    gpu_only = {"vllm": {"resources": {"accelerator": "gpu"}}}
+    only_vllm = gpu_only | {"hf": {"enabled": False}, "analysis": {"enabled": False}}
+    spec = {"image": "i", "platform": only_vllm, "pods": {"modelCacheClaim": "models"}, **changes}
+    problem = render.cache_claim_problem(parse_spec(spec), modes)
+    assert (problem is not None) is refused
