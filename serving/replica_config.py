@@ -179,12 +179,13 @@ class ReplicaScaling(StrictModel):
     resources: ReplicaResources = Field(
         default_factory=ReplicaResources, description="Resources of each replica."
     )
-    graceful_shutdown_timeout_s: float = Field(
-        120.0,
+    graceful_shutdown_timeout_s: float | None = Field(
+        None,
         ge=0,
-        description="A replica stopped by a scale-down or redeploy first finishes "
-        "its in-flight requests (open streams) for up to this long; Serve's default is 20 s, "
-        "shorter than a long generation.",
+        description="A replica stopped by a scale-down, a redeploy or a node drain first "
+        "finishes its in-flight requests (open streams) for up to this long. Unset: the drain "
+        "deadline (limits.request_timeout_s + 30 s), so a request within its limit is never cut; "
+        "Serve's default is 20 s.",
     )
     graceful_shutdown_wait_loop_s: float = Field(
         1.0, gt=0, description="How often a stopping replica checks whether its requests ended."
@@ -200,11 +201,13 @@ class ReplicaScaling(StrictModel):
         "default).",
     )
 
-    def replica_options(self) -> dict[str, Any]:
-        """Serve deployment options for replica count, concurrency, backpressure and drain."""
+    def replica_options(self, drain_deadline_s: float) -> dict[str, Any]:
+        """Serve deployment options for replica count, concurrency, backpressure and drain;
+        `drain_deadline_s` (serving.ray_env.drain_deadline_s) when no grace period is set."""
+        grace_s = self.graceful_shutdown_timeout_s
         options: dict[str, Any] = {
             "max_ongoing_requests": self.max_ongoing_requests,
-            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "graceful_shutdown_timeout_s": drain_deadline_s if grace_s is None else grace_s,
             "graceful_shutdown_wait_loop_s": self.graceful_shutdown_wait_loop_s,
             "max_surge_percent": self.max_surge_percent,
         }

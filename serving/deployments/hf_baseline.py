@@ -20,6 +20,7 @@ from serving.engines.cpu import use_all_cpu_cores
 from serving.engines.hf import HFEngine
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
+from serving.ray_env import drain_deadline_s
 
 
 @serve.deployment(name="HFBaseline", health_check_period_s=10, health_check_timeout_s=30)
@@ -53,7 +54,7 @@ class HFBaseline(EngineReplica):
 def build_hf_app(config: PlatformConfig) -> Application:
     deployment = config.hf
     return HFBaseline.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
-        **deployment.replica_options(),
+        **deployment.replica_options(drain_deadline_s(config)),
         ray_actor_options=replica_actor_options(deployment.resources, {}),
     ).bind(config.model_dump(mode="json"))
 

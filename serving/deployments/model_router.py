@@ -20,6 +20,7 @@ from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
 from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
 from serving.config import ConfigError, PlatformConfig, parse_config
+from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
 
 
@@ -130,9 +131,11 @@ class ModelRouter:
 
 
 def build_router_app(config: PlatformConfig) -> Application:
-    return ModelRouter.bind(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
-        config.model_dump(mode="json")
+    # A stopping router replica finishes the streams it forwards, as the models' replicas do.
+    router = ModelRouter.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
+        graceful_shutdown_timeout_s=drain_deadline_s(config)
     )
+    return router.bind(config.model_dump(mode="json"))
 
 
 def router_app(args: dict[str, Any]) -> Application:

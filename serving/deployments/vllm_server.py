@@ -30,6 +30,7 @@ from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
+from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
 
 
@@ -179,7 +180,7 @@ def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Appli
             "router, which checks them: serve the model as an entry of `models` instead"
         )
     server = VLLMServer.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
-        **deployment.replica_options(),
+        **deployment.replica_options(drain_deadline_s(config)),
         ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
     ).bind(config.model_dump(mode="json"), behind_router)
     if behind_router:

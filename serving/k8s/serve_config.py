@@ -10,6 +10,7 @@ from typing import Any
 
 from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMReplicaSettings
+from serving.ray_env import drain_deadline_s
 
 SERVE_HOST = "0.0.0.0"  # in a pod the proxy must listen beyond loopback, whatever http.host says
 # Only the chart's CPU worker group advertises this resource (one per pod); in a cluster every
@@ -54,7 +55,7 @@ def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
     options: dict[str, Any] = {"name": app.deployment}
     if not app.scaled:
         return options | {"max_ongoing_requests": settings.max_ongoing_requests}
-    serve_options = settings.replica_options()
+    serve_options = settings.replica_options(drain_deadline_s(config))
     backpressure = serve_options.pop("backpressure_config")
     serve_options["backpressure_config"] = {
         "status_code": backpressure.status_code,

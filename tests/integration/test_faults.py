@@ -23,6 +23,7 @@ from serving.deployments.vllm_server import VLLMServer, build_vllm_app
 from serving.engines.vllm import vllm_env
 from serving.local import ray_executable
 from serving.models import resolve_model
+from serving.ray_env import drain_deadline_s
 from tests.integration.conftest import (
     CLI,
     MODEL,
@@ -143,7 +144,7 @@ def test_killed_replica_is_replaced_and_no_request_hangs(platform: Platform) -> 
 def scaled_app(config: PlatformConfig, num_replicas: int):
     """The same deployment with another replica count. `serve.run` gives it a new random code
     version, so Serve replaces the replicas: the old ones drain while the new one starts."""
-    options = config.vllm.replica_options() | {"num_replicas": num_replicas}
+    options = config.vllm.replica_options(drain_deadline_s(config)) | {"num_replicas": num_replicas}
     return VLLMServer.options(
         **options, ray_actor_options=replica_actor_options(config.vllm.resources, vllm_env(config))
     ).bind(config.model_dump(mode="json"))

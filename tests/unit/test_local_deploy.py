@@ -11,6 +11,7 @@ import pytest
 
 from serving import local
 from serving.config import parse_config
+from serving.ray_env import drain_deadline_s
 from tests.unit.loopback import free_port, serve_on_loopback
 
 TRACEBACK = (
@@ -58,11 +59,13 @@ def test_failed_app_without_failed_deployment_falls_back_to_the_app_message() ->
 
 def test_replicas_drain_open_requests_before_they_stop() -> None:
     config = parse_config({"vllm": {"graceful_shutdown_timeout_s": 300}})
-    options = config.vllm.replica_options()
+    options = config.vllm.replica_options(drain_deadline_s(config))
     assert options["graceful_shutdown_timeout_s"] == 300
     assert options["graceful_shutdown_wait_loop_s"] == 1.0
-    # The default outlasts Serve's own 20 s, which would cut long generations.
-    assert parse_config({}).hf.replica_options()["graceful_shutdown_timeout_s"] == 120.0
+    # Unset: the drain deadline. Failed before: 120 s, which cut a stream still within its
+    # 600 s request limit when its replica was scaled down or rolled.
+    config = parse_config({"limits": {"request_timeout_s": 900}})
+    assert config.hf.replica_options(drain_deadline_s(config))["graceful_shutdown_timeout_s"] == 930
 
 
 # -- deploying and re-deploying: the RayService's Serve config, PUT to the dashboard -------------

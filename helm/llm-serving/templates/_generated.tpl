@@ -122,7 +122,7 @@
   },
   "replica": {
     "num_replicas": 1,
-    "graceful_shutdown_timeout_s": 120.0,
+    "graceful_shutdown_timeout_s": null,
     "graceful_shutdown_wait_loop_s": 1.0,
     "max_surge_percent": 25,
     "status_code": 503,

@@ -131,7 +131,10 @@ here restarts the app's replicas; anything else leaves them running.
 {{- $opts := dict "name" $row.deployment "max_ongoing_requests" (dig "max_ongoing_requests" $own.max_ongoing_requests $app) -}}
 {{- if $row.scaled -}}
 {{- $r := $d.replica -}}
-{{- $_ := set $opts "graceful_shutdown_timeout_s" (dig "graceful_shutdown_timeout_s" $r.graceful_shutdown_timeout_s $app) -}}
+{{- /* Unset: the drain deadline, so a stopping replica finishes every request within its limit. */ -}}
+{{- $grace := dig "graceful_shutdown_timeout_s" nil $app -}}
+{{- if kindIs "invalid" $grace -}}{{- $grace = .drain | int -}}{{- end -}}
+{{- $_ := set $opts "graceful_shutdown_timeout_s" $grace -}}
 {{- $_ = set $opts "graceful_shutdown_wait_loop_s" (dig "graceful_shutdown_wait_loop_s" $r.graceful_shutdown_wait_loop_s $app) -}}
 {{- $_ = set $opts "max_surge_percent" (dig "max_surge_percent" $r.max_surge_percent $app) -}}
 {{- with dig "autoscaling" nil $app -}}
@@ -166,7 +169,7 @@ here restarts the app's replicas; anything else leaves them running.
 {{- if $row.resources -}}
 {{- $args = include "llm-serving.pinnedArgs" (dict "args" $args "name" $name "section" $app) | fromYaml -}}
 {{- end -}}
-{{- $options := include "llm-serving.deploymentOptions" (dict "name" $name "app" $app) | fromYaml -}}
+{{- $options := include "llm-serving.deploymentOptions" (dict "name" $name "app" $app "drain" (include "llm-serving.drainDeadlineSeconds" $)) | fromYaml -}}
 {{- $apps = append $apps (dict "name" $name "import_path" $row.import_path "route_prefix" (dig "route_prefix" $row.route_prefix $app) "args" $args "deployments" (list $options)) -}}
 {{- end -}}
 {{- end -}}
@@ -196,7 +199,7 @@ name), so a change to one model restarts that model alone.
 {{- $vllm := include "llm-serving.withoutServeOptions" (dict "section" $entry "also" (list "name" "model")) | fromYaml -}}
 {{- $vllm = get (include "llm-serving.pinnedArgs" (dict "args" (dict "vllm" $vllm) "name" "vllm" "section" $entry) | fromYaml) "vllm" -}}
 {{- if $vllm -}}{{- $_ = set $args "vllm" $vllm -}}{{- end -}}
-{{- $options := include "llm-serving.deploymentOptions" (dict "name" "vllm" "app" $entry) | fromYaml -}}
+{{- $options := include "llm-serving.deploymentOptions" (dict "name" "vllm" "app" $entry "drain" (include "llm-serving.drainDeadlineSeconds" $)) | fromYaml -}}
 {{- $router := get $routers ($entry.routing | default "power_of_two") -}}
 {{- if $router -}}
 {{- $_ = set $options "request_router_config" $router -}}

@@ -74,7 +74,6 @@ PlatformConfig, which compares whole settings with their defaults.
 {{- define "llm-serving.modelSettingDefaults" -}}
 num_replicas: 1
 max_ongoing_requests: 256
-graceful_shutdown_timeout_s: 120.0
 graceful_shutdown_wait_loop_s: 1.0
 max_surge_percent: 25
 max_adapters: 4
