@@ -105,6 +105,12 @@ def serve_applications(config: PlatformConfig, cluster: bool = False) -> list[di
     return apps
 
 
+# What the router reads of each model (serving/deployments/model_router.py). Its args carry no
+# more, so a change of a model's replicas, engine or resources leaves the router's replicas, and
+# the streams they forward, alone (Serve rolls an app whose args change).
+ROUTER_MODEL_KEYS = ("name", "adapters", "runtime_adapters", "adapter_hub_ids", "backpressure")
+
+
 def model_applications(config: PlatformConfig, cluster: bool = False) -> list[dict[str, Any]]:
     """A multi-model platform's OpenAI endpoint: the router app at vllm.route_prefix, and one
     app per model without a route of its own (the router reaches it by handle), so a change to
@@ -115,7 +121,10 @@ def model_applications(config: PlatformConfig, cluster: bool = False) -> list[di
         "name": "vllm",
         "import_path": registry.ROUTER_BUILDER,
         "route_prefix": config.vllm.route_prefix,
-        "args": {key: written[key] for key in ("models", "auth", "limits") if key in written},
+        "args": {
+            "models": [{k: m[k] for k in ROUTER_MODEL_KEYS if k in m} for m in written["models"]],
+            **{key: written[key] for key in ("auth", "limits") if key in written},
+        },
     }
     if cluster:
         # Serve replaces the code's actor options with these; the router's code sets none.

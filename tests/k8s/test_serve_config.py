@@ -16,6 +16,7 @@ from serving.cli import main
 from serving.config import PlatformConfig, parse_config
 from serving.k8s.serve_config import (
     NOT_IN_ARGS,
+    ROUTER_MODEL_KEYS,
     InlineKeysError,
     pinned_to_cpu_workers,
     serve_config_v2,
@@ -46,7 +47,12 @@ def app_parts(config: PlatformConfig) -> dict[str, tuple[PlatformConfig, tuple[s
         for app in registry.apps_of(config)
     }
     if config.models:
-        parts["vllm"] = (config, ("models", "auth", "limits"))
+        # The router reads of each model only what routing needs (ROUTER_MODEL_KEYS).
+        routed = [
+            type(entry).model_validate(entry.model_dump(include=set(ROUTER_MODEL_KEYS)))
+            for entry in config.models
+        ]
+        parts["vllm"] = (config.model_copy(update={"models": routed}), ("models", "auth", "limits"))
         for entry in config.models:
             parts[entry.app_name] = (
                 pinned_to_cpu_workers(config.model_platform(entry), "vllm"),
