@@ -108,7 +108,14 @@ def serve_applications(config: PlatformConfig, cluster: bool = False) -> list[di
 # What the router reads of each model (serving/deployments/model_router.py). Its args carry no
 # more, so a change of a model's replicas, engine or resources leaves the router's replicas, and
 # the streams they forward, alone (Serve rolls an app whose args change).
-ROUTER_MODEL_KEYS = ("name", "adapters", "runtime_adapters", "adapter_hub_ids", "backpressure")
+ROUTER_MODEL_KEYS = (
+    "name",
+    "adapters",
+    "runtime_adapters",
+    "adapter_roots",
+    "adapter_hub_ids",
+    "backpressure",
+)
 
 
 def model_applications(config: PlatformConfig, cluster: bool = False) -> list[dict[str, Any]]:

@@ -123,3 +123,20 @@ def test_up_names_every_model_and_adapter_clients_may_ask_for() -> None:
     assert ep.model == "small" and ep.served == ["small", "sql", "other"]
     assert ep.api_url == "http://127.0.0.1:8000/v1"
     assert local.endpoints(parse_config({})).served == ["default"]
+
+
+def test_the_routers_args_load_with_runtime_adapters() -> None:
+    """The router's args hold only what it reads of each model, and still load: a model with
+    runtime adapters keeps where they may come from (its validation needs them)."""
+    runtime = {
+        "runtime_adapters": True,
+        "adapter_roots": ["/adapters"],
+        "engine": {"max_num_seqs": 4},
+    }
+    config = parse_config({**two_models(**runtime), "auth": {"api_keys": ["k"]}})
+    (router,) = [
+        a for a in serve_config(config, "127.0.0.1")["applications"] if a["name"] == "vllm"
+    ]
+    loaded = parse_config(router["args"], "router args")
+    assert loaded.models[0].adapter_roots == ["/adapters"] and loaded.models[0].runtime_adapters
+    assert "engine" not in router["args"]["models"][0]

@@ -193,7 +193,7 @@ name), so a change to one model restarts that model alone.
 {{- /* What the router reads of each model (serve_config.ROUTER_MODEL_KEYS): other changes leave it running. */ -}}
 {{- $routed := list -}}
 {{- range $entry := $platform.models -}}
-{{- $routed = append $routed (pick $entry "name" "adapters" "runtime_adapters" "adapter_hub_ids" "backpressure") -}}
+{{- $routed = append $routed (pick $entry "name" "adapters" "runtime_adapters" "adapter_roots" "adapter_hub_ids" "backpressure") -}}
 {{- end -}}
 {{- $router := dict "name" "vllm" "import_path" $table.router.import_path "route_prefix" (dig "vllm" "route_prefix" $table.router.route_prefix $platform) "args" (merge (dict "models" $routed) $shared) "deployments" (include "llm-serving.routerDeployments" . | fromYamlArray) -}}
 {{- $apps := list $router -}}
