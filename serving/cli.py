@@ -135,7 +135,7 @@ def up(
             local.wait_healthy(url, max(1.0, deadline - time.monotonic()))
         local.save_state(ep)
     except BaseException:
-        local.shutdown()
+        local.shutdown(drain=False)  # nothing was served yet
         raise
     click.echo(f"ready in {time.monotonic() - started:.0f}s")
     print_ready(ep)

@@ -278,17 +278,21 @@ def wait_healthy(url: str, timeout_s: float) -> None:
     raise PlatformError(f"{url} not healthy after {timeout_s:.0f}s ({last})")
 
 
-def shutdown() -> None:
-    """Stop Serve and the local Ray head; safe to call when nothing runs."""
-    try:
-        import ray
-        from ray import serve
+def shutdown(drain: bool = True) -> None:
+    """Stop Serve and the local Ray head; safe to call when nothing runs. `drain`: replicas finish
+    their requests first (up to their graceful_shutdown_timeout_s, by default the drain
+    deadline); without, Ray stops at once (a failed `up`, which served nothing: a replica stuck
+    in its constructor would otherwise hold the stop for the whole deadline)."""
+    if drain:
+        try:
+            import ray
+            from ray import serve
 
-        connect()
-        serve.shutdown()
-        ray.shutdown()  # disconnect before `ray stop`, or the driver reports a dead raylet
-    except Exception:  # nothing to shut down, or Ray already gone: `ray stop` below still runs
-        pass
+            connect()
+            serve.shutdown()
+            ray.shutdown()  # disconnect before `ray stop`, or the driver reports a dead raylet
+        except Exception:  # nothing to shut down, or Ray already gone: `ray stop` below still runs
+            pass
     stop_ray()
     state_file().unlink(missing_ok=True)
 

@@ -155,7 +155,8 @@ def test_scale_down_lets_every_open_stream_finish(platform: Platform) -> None:
 
     app, prefix, tokens = "faults-drain", "/faults-drain", 300
     config = tiny_vllm_config(prefix)
-    assert config.vllm.graceful_shutdown_timeout_s >= 60  # longer than Serve's 20 s default
+    grace_s = config.vllm.replica_options(drain_deadline_s(config))["graceful_shutdown_timeout_s"]
+    assert grace_s >= 60  # the drain deadline, longer than Serve's 20 s default
     url = f"{platform.url}{prefix}/v1/completions"
     with extra_app(app, prefix, scaled_app(config, 2)):
         assert replica_states(app) == {"RUNNING": 2}

@@ -125,6 +125,12 @@ async def test_a_new_cluster_starts_at_the_live_replicas(k8s: Any, operator: Any
     k8s["get /metrics/default/scaled"] << f"# TYPE {healthy} gauge\n{samples}".encode()
     await create(k8s, llmservice("scaled", copy.deepcopy(example()["spec"])))
     await eventually(lambda: obj(k8s, RAYSERVICES, "scaled"), what="the RayService")
+    # The creation fully handled (its status written) before the change: a change kopf sees
+    # first would be a creation, which has no live cluster to start from.
+    await eventually(
+        lambda: obj(k8s, LLMSERVICES, "scaled")["status"].get("observedGeneration") == 1,
+        what="the creation handled",
+    )
 
     await patch(
         k8s, "scaled", {"metadata": {"generation": 2}, "spec": {"image": "llm-serving:next"}}
