@@ -243,6 +243,15 @@ def test_bad_model_path_fails_before_ray_starts(tmp_path: Path, how: str) -> Non
     assert "starting Ray" not in done.stdout
 
 
+def serve_haproxy_processes() -> list[int]:
+    import psutil
+
+    from serving.local import is_serve_haproxy
+
+    procs = psutil.process_iter(["name", "cmdline"])
+    return [p.pid for p in procs if is_serve_haproxy(p.info["name"] or "", p.info["cmdline"] or [])]
+
+
 def test_engine_that_cannot_start_fails_up_with_its_cause(tmp_path: Path) -> None:
     """Weights that parse but do not fit the model: every engine replica fails in its constructor.
     Starts its own Ray head, so it runs before the session platform (see conftest ordering)."""
@@ -264,3 +273,4 @@ def test_engine_that_cannot_start_fails_up_with_its_cause(tmp_path: Path) -> Non
     assert "VLLMServer" in errors[0] or "HFBaseline" in errors[0], errors[0]
     assert "Error" in errors[0] and "replica logs" in errors[0], errors[0]
     assert leftover.returncode != 0  # `up` stopped the Ray head it started
+    assert not serve_haproxy_processes()  # and its HAProxy, which `ray stop` leaves running
