@@ -153,7 +153,10 @@ def scaled_app(config: PlatformConfig, num_replicas: int):
 def test_scale_down_lets_every_open_stream_finish(platform: Platform) -> None:
     from ray import serve
 
-    app, prefix, tokens = "faults-drain", "/faults-drain", 300
+    # The streams must end within the test platform's 30 s HAProxy hard stop after the reload the
+    # scale-down causes (test_long_streams.py tests that stop): 300 tokens took over 30 s on a
+    # loaded 2-core CI machine, and the old HAProxy cut all eight.
+    app, prefix, tokens = "faults-drain", "/faults-drain", 120
     config = tiny_vllm_config(prefix)
     grace_s = config.vllm.replica_options(drain_deadline_s(config))["graceful_shutdown_timeout_s"]
     assert grace_s >= 60  # the drain deadline, longer than Serve's 20 s default
