@@ -20,6 +20,7 @@ from serving.replica_config import (
     StrictModel,
     VLLMEngineConfig,
 )
+from serving.state_config import StateConfig
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 
@@ -229,7 +230,8 @@ class PlatformConfig(StrictModel):
     ray: RayConfig = Field(default_factory=RayConfig, description="The local Ray head (`up`).")
     # The Serve apps: each field's App entry names its builder and deployment (serving/apps.py).
     vllm: Annotated[
-        VLLMDeploymentConfig, App("serving.deployments.vllm_server:vllm_app", "VLLMServer")
+        VLLMDeploymentConfig,
+        App("serving.deployments.vllm_server:vllm_app", "VLLMServer", state=True),
     ] = Field(default_factory=VLLMDeploymentConfig, description="The vLLM application.")
     hf: Annotated[
         HFDeploymentConfig, App("serving.deployments.hf_baseline:hf_app", "HFBaseline")
@@ -247,6 +249,10 @@ class PlatformConfig(StrictModel):
     )
     limits: RequestLimits = Field(
         default_factory=RequestLimits, description="Per-request limits of the OpenAI routes."
+    )
+    state: StateConfig = Field(
+        default_factory=StateConfig,
+        description="The store of stored responses, files and batches, shared by every replica.",
     )
     models: list[ServedModelConfig] = Field(
         default_factory=list,
@@ -292,7 +298,7 @@ class PlatformConfig(StrictModel):
         # was written (as every app's do), and the chart renders the same args.
         shared = {
             key: getattr(self, key)
-            for key in ("auth", "limits", "http", "ray")
+            for key in ("auth", "limits", "http", "ray", "state")
             if key in self.model_fields_set
         }
         return PlatformConfig(

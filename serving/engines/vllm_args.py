@@ -45,6 +45,9 @@ def typed_options(config: PlatformConfig, preload_adapters: bool = True) -> dict
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "kv_cache_memory_bytes": _gib_to_bytes(engine.kv_cache_memory_gb),
         "seed": engine.seed,
+        # Batch lines ask for a lower priority than online requests (serving/state/batches.py);
+        # vLLM refuses a request's priority under its default first-come-first-served policy.
+        "scheduling_policy": "priority" if config.state.batch.enabled else None,
         **lora_options(config, preload_adapters),
     }
 

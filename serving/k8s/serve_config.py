@@ -130,7 +130,7 @@ def model_applications(config: PlatformConfig, cluster: bool = False) -> list[di
         "route_prefix": config.vllm.route_prefix,
         "args": {
             "models": [{k: m[k] for k in ROUTER_MODEL_KEYS if k in m} for m in written["models"]],
-            **{key: written[key] for key in ("auth", "limits") if key in written},
+            **{key: written[key] for key in ("auth", "limits", "state") if key in written},
         },
     }
     if cluster:

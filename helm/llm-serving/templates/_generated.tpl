@@ -10,7 +10,8 @@
       "model",
       "vllm",
       "auth",
-      "limits"
+      "limits",
+      "state"
     ],
     "resources": true
   },
