@@ -29,7 +29,8 @@ install: $(STAMP)
 install-test: install $(CHECKOV_STAMP) $(HELM_BIN) system-deps
 
 # Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback;
-# headless Chromium opens the attention head view and checks it drew the prompt's tokens.
+# headless Chromium opens the attention head view and checks it drew the prompt's tokens;
+# PostgreSQL 15 is the networked state store the tests start (tests/postgres.py).
 system-deps:
 	@command -v prometheus >/dev/null || { \
 	  apt-get update -qq && \
@@ -37,6 +38,9 @@ system-deps:
 	@command -v chromium >/dev/null || { \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	@test -x /usr/lib/postgresql/15/bin/postgres || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
