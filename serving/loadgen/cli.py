@@ -1,10 +1,10 @@
 """`llm-serving bench SCENARIO`: sweep (targets side by side at each load level), autoscale (a
-step burst against one autoscaling deployment), soak (steady load while replica memory is
-sampled), seed (the study's experiments in-process) and vllm-client (vLLM's own benchmark client).
-Each writes its report through the one writer (result.json, summary.md, plots). Bad input is one
-`error:` line and exit 2; an unusable target exit 1; a missed gate exit 3 (after the report is
-written). Only click is imported here: a scenario loads when it runs, so other `llm-serving`
-commands stay quick."""
+step burst against one autoscaling deployment), batch (online latency beside a running batch),
+soak (steady load while replica memory is sampled), seed (the study's experiments in-process)
+and vllm-client (vLLM's own benchmark client). Each writes its report through the one writer
+(result.json, summary.md, plots). Bad input is one `error:` line and exit 2; an unusable target
+exit 1; a missed gate exit 3 (after the report is written). Only click is imported here: a
+scenario loads when it runs, so other `llm-serving` commands stay quick."""
 
 from __future__ import annotations
 
@@ -249,3 +249,32 @@ def vllm_client(output_dir: str | None, **given: Any) -> None:
     from serving.loadgen.scenarios.vllm_client import VLLMClientArgs, run_vllm_client
 
     finish("vllm-client", output_dir, lambda out: run_vllm_client(VLLMClientArgs(**given), out))
+
+
+@bench.command("batch")
+@ONE_TARGET
+@LOAD
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, help="Online streams.")
+@duration_option("Seconds of each phase (alone or beside a batch).", required=True)
+@DASHBOARD
+@ROUNDS
+@click.option(
+    "--batch-lines",
+    type=click.IntRange(min=1),
+    default=2000,
+    help="Lines of each phase's batch (more than it can finish: it is cancelled at the end).",
+)
+@click.option("--batch-output-len", type=click.IntRange(min=1), default=64)
+@click.option(
+    "--max-ttft-ratio",
+    type=click.FloatRange(min=1),
+    help="Gate: online TTFT p50 beside a batch over TTFT p50 alone at most this (exit 3).",
+)
+@OUTPUT
+@bench_errors
+def batch(output_dir: str | None, **given: Any) -> None:
+    """Online latency with and without a running batch (the Batch API), phases interleaved:
+    TTFT / TPOT p50 per condition, their ratio, the batch's own throughput."""
+    from serving.loadgen.scenarios.batch_impact import BatchImpactArgs, run_batch_impact
+
+    finish("batch", output_dir, lambda _out: run_batch_impact(BatchImpactArgs(**given)))
