@@ -4,12 +4,14 @@ integration tests share one worker."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.durations import Recorder
+from tests.postgres import Postgres, running_postgres
 
 FOLDER_MARKERS = ("unit", "integration", "k8s")
 INTEGRATION = "tests/integration/"
@@ -25,6 +27,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Recorder(), "durations-recorder")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A real PostgreSQL server on loopback for this session (started on first use, ~1 s)."""
+    with running_postgres() as server:
+        yield server
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

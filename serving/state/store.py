@@ -38,7 +38,10 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ColumnElement
 
 from serving.models import cache_root
 from serving.state_config import StateConfig
@@ -95,7 +98,48 @@ def engine_for(config: StateConfig) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    # Every process (each vLLM replica, each router replica) holds its own pool: 2 connections kept,
+    # up to 8 in a burst, so the server sees at most 8 per process (the chart's PostgreSQL allows
+    # state.postgresql.maxConnections). pre_ping and recycle drop connections the server or a proxy
+    # closed (a database restart or failover) instead of failing a request on them.
+    return create_engine(
+        url,
+        pool_size=2,
+        max_overflow=6,
+        pool_timeout=30,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        connect_args={"connect_timeout": 10, "application_name": "llm-serving"},
+    )
+
+
+def create_tables(engine: Engine) -> None:
+    """Replicas that start together on a new database race to create the tables: a loser's
+    CREATE fails (already exists, after the winner committed) and its next try finds them."""
+    attempts = len(metadata.tables) + 1
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except DBAPIError:
+            if attempt == attempts - 1:
+                raise
+
+
+def upsert(engine: Engine, table: Table, values: dict[str, Any], update_keys: list[str]) -> Any:
+    """INSERT ... ON CONFLICT DO UPDATE: one statement, so concurrent writers of one new key
+    never collide (an UPDATE-then-INSERT lets two of them INSERT)."""
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table).values(**values)
+    keys = [column.name for column in table.primary_key]
+    return statement.on_conflict_do_update(
+        index_elements=keys, set_={key: statement.excluded[key] for key in update_keys}
+    )
+
+
+def alive(now: float) -> ColumnElement[bool]:
+    """Not expired, or pinned (a running batch's records outlive their TTL until unpinned)."""
+    return or_(records.c.expires_at > now, records.c.pinned.is_(True))
 
 
 def sqlite_pragmas(connection: Any, _record: Any) -> None:
@@ -119,7 +163,7 @@ class Store:
         self.ttl_s = config.ttl_s
         self.max_bytes = config.max_bytes
         self.engine = engine or engine_for(config)
-        metadata.create_all(self.engine)
+        create_tables(self.engine)
         self._last_evict = 0.0
         self._evict_lock = threading.Lock()
 
@@ -129,17 +173,23 @@ class Store:
         """Write a record (a new one or over the old), expiring ttl_s from now."""
         now = time.time()
         values = {"body": body, "size": len(body), "tag": tag, "expires_at": now + self.ttl_s}
-        where = and_(records.c.kind == kind, records.c.id == id)
+        row = {"kind": kind, "id": id, "pinned": False, "created_at": now, **values}
         with self.engine.begin() as conn:
-            if conn.execute(update(records).where(where).values(**values)).rowcount == 0:
-                conn.execute(
-                    insert(records).values(kind=kind, id=id, pinned=False, created_at=now, **values)
-                )
+            conn.execute(upsert(self.engine, records, row, list(values)))
         self.maybe_evict(now)
+
+    def put_if(self, kind: str, id: str, body: bytes, tag: str, expected: str) -> bool:
+        """Overwrite a record only while its tag is still `expected`: a compare-and-set, so of two
+        replicas moving a batch on (finalizing it, say) exactly one does."""
+        now = time.time()
+        where = and_(records.c.kind == kind, records.c.id == id, records.c.tag == expected)
+        values = {"body": body, "size": len(body), "tag": tag, "expires_at": now + self.ttl_s}
+        with self.engine.begin() as conn:
+            return bool(conn.execute(update(records).where(where).values(**values)).rowcount)
 
     def get(self, kind: str, id: str) -> bytes | None:
         query = select(records.c.body).where(
-            records.c.kind == kind, records.c.id == id, records.c.expires_at > time.time()
+            records.c.kind == kind, records.c.id == id, alive(time.time())
         )
         with self.engine.connect() as conn:
             return conn.execute(query).scalar()
@@ -159,10 +209,9 @@ class Store:
             conn.execute(update(records).where(where).values(pinned=pinned))
 
     def newest(self, kind: str, limit: int, after: str | None = None) -> list[bytes]:
-        """Bodies of `kind`, newest first; `after`: only those older than that record."""
-        query = select(records.c.body).where(
-            records.c.kind == kind, records.c.expires_at > time.time()
-        )
+        """Bodies of `kind`, newest first; `after`: only those after that record in this order
+        (records written in one clock tick are ordered by id, so a page never skips one)."""
+        query = select(records.c.body).where(records.c.kind == kind, alive(time.time()))
         with self.engine.connect() as conn:
             if after is not None:
                 start = conn.execute(
@@ -172,8 +221,13 @@ class Store:
                 ).scalar()
                 if start is None:
                     return []
-                query = query.where(records.c.created_at < start)
-            query = query.order_by(records.c.created_at.desc()).limit(limit)
+                query = query.where(
+                    or_(
+                        records.c.created_at < start,
+                        and_(records.c.created_at == start, records.c.id < after),
+                    )
+                )
+            query = query.order_by(records.c.created_at.desc(), records.c.id.desc()).limit(limit)
             return list(conn.execute(query).scalars())
 
     def ids_tagged(self, kind: str, tags: tuple[str, ...]) -> list[str]:
@@ -202,11 +256,14 @@ class Store:
         now = time.time() if now is None else now
         unpinned = records.c.pinned.is_(False)
         with self.engine.begin() as conn:
-            expired = select(records.c.kind, records.c.id).where(
+            expired = select(records.c.kind, records.c.id, records.c.size).where(
                 records.c.expires_at <= now, unpinned
             )
-            gone: list[tuple[str, str]] = [(kind, id) for kind, id in conn.execute(expired)]
+            gone: list[tuple[str, str]] = []
             over = self._over_cap(conn)
+            for kind, id, size in conn.execute(expired):
+                gone.append((kind, id))
+                over -= size  # deleted anyway: the cap counts what stays
             if over > 0:
                 oldest = (
                     select(records.c.kind, records.c.id, records.c.size)
@@ -248,13 +305,10 @@ class Store:
 
     def beat(self, owner: str) -> None:
         """A runner is alive; its claimed lines stay its own."""
-        now = time.time()
         with self.engine.begin() as conn:
-            changed = conn.execute(
-                update(owners).where(owners.c.id == owner).values(seen_at=now)
-            ).rowcount
-            if not changed:
-                conn.execute(insert(owners).values(id=owner, seen_at=now))
+            conn.execute(
+                upsert(self.engine, owners, {"id": owner, "seen_at": time.time()}, ["seen_at"])
+            )
 
     def claim(self, batch_id: str, models: set[str], owner: str, count: int) -> list[Line]:
         """Up to `count` lines of the batch for these models that are pending or held by a
