@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.access_config import RequestLimits
 from serving.api.auth import APIKeyAuth, KeyRing
+from serving.api.batch_api import BatchRoutes
 from serving.api.errors import APIError, error_body, error_response
 from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import BodySizeLimit, body_too_large, read_body, replay, timeout_error
@@ -224,9 +225,11 @@ class WrappedApp:
     does so while it is set up). Exception handlers still go to the inner app, as Serve adds its
     own (back-pressure errors) to an ingress app that has `add_exception_handler`."""
 
-    def __init__(self, outer: ASGIApp, inner: FastAPI) -> None:
+    def __init__(self, outer: ASGIApp, inner: FastAPI, below_keys: ASGIApp | None = None) -> None:
         self.outer = outer
         self.inner = inner
+        # The chain under the API-key check (limits, deadline, vLLM's app): batch lines run here.
+        self.below_keys = below_keys or outer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.outer(scope, receive, send)
@@ -241,10 +244,12 @@ def wrap_vllm_app(
     metrics: PlatformMetrics | None,
     limits: RequestLimits,
     keys: KeyRing | None,
+    batch: ASGIApp | None = None,
 ) -> WrappedApp:
     """vLLM's app with the platform's guards: outermost the status count, then the API key,
-    the body limit, the deadline, the request limits on the body; innermost the abort of a
-    cancelled request's engine work. The prompt limit (and the rest again) sits on the engine."""
+    the Batch API's routes (`batch`, with their own file size limit), the body limit, the
+    deadline, the request limits on the body; innermost the abort of a cancelled request's
+    engine work. The prompt limit (and the rest again) sits on the engine."""
     guard_generate(engine.llm, limits)
 
     async def health() -> JSONResponse:
@@ -259,10 +264,13 @@ def wrap_vllm_app(
     if limits.request_timeout_s is not None:
         outer = RequestDeadline(outer, limits.request_timeout_s)
     outer = BodySizeLimit(outer, limits.max_body_bytes)
+    below_keys = outer
+    if batch is not None:
+        outer = BatchRoutes(batch, outer)
     if keys is not None and keys.enabled:
         outer = APIKeyAuth(
             outer, keys
         )  # a request without a key is refused before its body is read
     if metrics is not None:
         outer = StatusCounter(outer, metrics)
-    return WrappedApp(outer, app)
+    return WrappedApp(outer, app, below_keys)

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message
 
 from serving import apps as registry
 from serving.api.auth import APIKeyAuth, KeyRing, key_ring
+from serving.api.batch_api import BatchRoutes, batch_app
 from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes, replica_failed
 from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
@@ -22,6 +23,7 @@ from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
 from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
+from serving.state.batches import open_batches
 
 
 def replica_lost(err: Exception) -> bool:
@@ -81,6 +83,7 @@ class ModelRouter:
         # An adapter's requests carry it as Serve's multiplexed model id: they go to a replica
         # that holds it when one does, which loads it otherwise.
         self.handles = {route: self.handle(route) for route in routes.values()}
+        self.routes = routes  # every name a request may use
         allowed = [entry.name for entry in self.config.models if entry.runtime_adapters]
         hub_ids = {entry.name: entry.adapter_hub_ids for entry in self.config.models}
         self.runtime = RuntimeAdapters(routes, allowed, self.preload, hub_ids) if allowed else None
@@ -94,7 +97,15 @@ class ModelRouter:
             replica_lost,
         )
         app: ASGIApp = BodySizeLimit(dispatch, self.config.limits.max_body_bytes)
+        if self.config.state.batch.enabled:
+            # Batches are served from the store; their lines run on each model's replicas.
+            app = BatchRoutes(batch_app(open_batches(self.config.state), self.batch_models), app)
         self.asgi = APIKeyAuth(app, keys) if keys.enabled else app
+
+    def batch_models(self) -> tuple[set[str], str, set[str] | None]:
+        """Every model and adapter a batch line may name, the default one; which embed is
+        not known here (a model that does not answers its lines with errors)."""
+        return set(self.routes), self.config.models[0].name, None
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         return self.asgi

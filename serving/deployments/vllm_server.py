@@ -21,6 +21,7 @@ from starlette.types import Message
 
 from serving.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
 from serving.api.auth import key_ring
+from serving.api.batch_api import batch_app, call_json
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
@@ -32,6 +33,8 @@ from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
+from serving.state.batch_runner import BatchRunner
+from serving.state.batches import Batches, open_batches
 
 
 async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
@@ -76,19 +79,53 @@ class VLLMServer(EngineReplica):
             self.config.vllm.max_adapters,
             self.metrics.record_adapter_load,
         )
+        batches = open_batches(self.config.state) if self.config.state.batch.enabled else None
+        self.embeds = "embed" in await self.engine.llm.get_supported_tasks()
         self.openai_app = wrap_vllm_app(
             vllm_app,
             self.engine,
             self.metrics,
             self.config.limits,
             key_ring(self.config.auth),
+            batch_app(batches, self.batch_models) if batches else None,
         )
+        self.batch_runner = self.start_batch_runner(batches, behind_router) if batches else None
         self.engine.startup_timings = {
             "resolve_model": round(resolved - started, 2),
             **self.engine.startup_timings,
             "replica_total": round(time.perf_counter() - started, 2),
         }
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
+
+    def batch_models(self) -> tuple[set[str], str, set[str] | None]:
+        """The names a batch line may ask for here, the default one, those that embed."""
+        names = {self.config.model.name, *(a.name for a in self.config.vllm.adapters)}
+        return names, self.config.model.name, names if self.embeds else set()
+
+    def start_batch_runner(self, batches: Batches, behind_router: bool) -> BatchRunner:
+        """This replica's batch runner: lines of its model and adapters, through its own app
+        below the API-key check (limits and deadline apply), while no online request waits."""
+
+        async def prepare(name: str) -> None:
+            if behind_router and name in self.adapters.paths:
+                await self.adapters.load(name)  # loaded on demand behind the router
+
+        runner = BatchRunner(
+            batches,
+            self.replica_id,
+            lambda: self.batch_models()[0],
+            lambda url, body: call_json(self.openai_app.below_keys, url, body),
+            lambda: self.engine.stats().waiting > 0,
+            prepare,
+        )
+        runner.start()
+        return runner
+
+    def __del__(self) -> None:
+        runner = getattr(self, "batch_runner", None)
+        if runner is not None:
+            runner.stop()  # its lines in flight go back to the other replicas
+        super().__del__()
 
     def __serve_build_asgi_app__(self) -> WrappedApp:
         return self.openai_app

@@ -92,6 +92,7 @@ class BatchRunner:
     async def loop(self) -> None:
         beaten = False
         while True:
+            self.wake.clear()  # before the step: a line that ends during it wakes the next one
             try:
                 if not beaten:  # before the first claim: an owner never seen holds nothing
                     await asyncio.to_thread(self.store.beat, self.owner)
@@ -99,7 +100,6 @@ class BatchRunner:
                 await self.step()
             except Exception:  # the store was unreachable or a batch vanished: try again later
                 logger.exception("batch runner step failed")
-            self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), POLL_S)
 

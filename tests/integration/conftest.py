@@ -74,6 +74,8 @@ def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
             # be a rollout: Serve hashes whether a deployment autoscales into its code version).
             "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_queue_depth": 1e4},
         },
+        # A file limit a test can pass without sending 100 MiB (test_batches.py).
+        "state": {"batch": {"max_file_bytes": 1024 * 1024}},
     }
 
 
