@@ -226,3 +226,21 @@ def test_put_if_swaps_only_from_the_expected_tag(tmp_path: Path) -> None:
     assert store.put_if("batch", "b", b"2", "finalizing", "in_progress")
     assert not store.put_if("batch", "b", b"3", "finalizing", "in_progress")
     assert store.get("batch", "b") == b"2"
+
+
+async def test_a_stopping_runner_gives_its_lines_back(batches: Batches) -> None:
+    id = start(batches, [line(f"c{n}") for n in range(5)])
+    engine = Engine()
+    engine.gate.clear()  # the lines it starts wait in the engine
+    run = runner(batches, engine)
+    await run.step()
+    assert batches.store.line_counts(id)["claimed"] == 3
+    run.stop()
+    assert batches.store.line_counts(id) == {
+        "pending": 5,
+        "claimed": 0,
+        "completed": 0,
+        "failed": 0,
+    }
+    other = runner(batches, Engine(), "r2")
+    assert await settle(other, batches, id) == "completed"
