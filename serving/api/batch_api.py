@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.api.auth import route_path
@@ -28,6 +28,10 @@ MULTIPART_SLACK = 64 * 1024  # a multipart body's headers and boundaries around 
 Served = Callable[[], tuple[set[str], str, set[str] | None]]
 
 
+Key = Annotated[str, StringConstraints(max_length=64)]
+Value = Annotated[str, StringConstraints(max_length=512)]
+
+
 class CreateBatch(BaseModel):
     """`POST /v1/batches` (OpenAI's BatchCreateParams)."""
 
@@ -38,7 +42,7 @@ class CreateBatch(BaseModel):
     completion_window: str = Field(
         description="'24h' (OpenAI's only value) or a shorter '<n>h' / '<n>m' window."
     )
-    metadata: dict[str, str] | None = None
+    metadata: dict[Key, Value] | None = Field(None, max_length=16)  # OpenAI's Metadata bounds
 
 
 def listing(items: list[Any], limit: int) -> dict[str, Any]:

@@ -112,6 +112,14 @@ def test_bad_requests_are_openai_errors(client: openai.OpenAI) -> None:
             completion_window="2d",  # type: ignore[arg-type]  # the client types only "24h"
         )
     assert refused.value.param == "completion_window"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(
+            input_file_id=file.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={f"k{n}": "v" for n in range(17)},
+        )
+    assert refused.value.param == "metadata"
 
 
 def test_other_paths_go_to_vllms_app(http: TestClient) -> None:
