@@ -386,6 +386,39 @@ def replica_processes(app: str) -> list[psutil.Process]:
     ]
 
 
+def test_a_batch_runs_lines_of_every_model_and_adapter_on_their_replicas(endpoint: str) -> None:
+    """The Batch API behind the router: one batch naming both models and both adapters; each
+    line runs on its model's replicas (the adapter loaded there) and answers as its model."""
+    models, parents = example_names()
+    names = models + sorted(parents)
+    message = [{"role": "user", "content": "Hello"}]
+    rows = [
+        {
+            "custom_id": f"{name}-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": name, "messages": message, "max_tokens": 2},
+        }
+        for name in names
+        for i in range(2)
+    ]
+    api = client(endpoint)
+    content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    file = api.files.create(file=("models.jsonl", content), purpose="batch")
+    batch = api.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="1h"
+    )
+    for _ in range(600):  # bounded: 5 minutes
+        batch = api.batches.retrieve(batch.id)
+        if batch.status not in ("in_progress", "finalizing"):
+            break
+        time.sleep(0.5)
+    assert batch.status == "completed" and batch.output_file_id, batch
+    lines = [json.loads(row) for row in api.files.content(batch.output_file_id).text.splitlines()]
+    answered = {line["custom_id"]: line["response"]["body"]["model"] for line in lines}
+    assert answered == {row["custom_id"]: row["body"]["model"] for row in rows}
+
+
 def test_a_replica_killed_mid_stream_ends_its_stream_with_an_openai_error(endpoint: str) -> None:
     """Every replica of a model dies (SIGKILL, as the OOM killer) while a stream runs on each:
     the official client gets an OpenAI error, not a cut connection; the raw stream ends with the
