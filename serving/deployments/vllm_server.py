@@ -115,7 +115,7 @@ class VLLMServer(EngineReplica):
             self.replica_id,
             lambda: self.batch_models()[0],
             lambda url, body: call_json(self.openai_app.below_keys, url, body),
-            lambda: self.engine.stats().waiting > 0,
+            self.engine.in_flight,
             prepare,
         )
         runner.start()

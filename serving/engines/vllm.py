@@ -205,8 +205,12 @@ class VLLMEngine:
         }
         return engine
 
+    def in_flight(self) -> int:
+        """Requests in the engine now, running or waiting (exact: vLLM's own count)."""
+        return int(self.llm.output_processor.get_num_unfinished_requests())
+
     def stats(self) -> EngineStats:
-        in_flight = self.llm.output_processor.get_num_unfinished_requests()
+        in_flight = self.in_flight()
         snap = self._snapshot
         totals = {
             "aborted_total": snap.aborted_total,

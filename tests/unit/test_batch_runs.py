@@ -66,9 +66,21 @@ class Engine:
         return 200, {"id": rid, "object": "chat.completion", "model": body["model"]}, rid
 
 
-def runner(batches: Batches, engine: Engine, owner: str = "r1", busy: bool = False) -> BatchRunner:
+def runner(batches: Batches, engine: Engine, owner: str = "r1", online: int = 0) -> BatchRunner:
+    """A runner over `engine`, which also serves `online` requests of its own."""
     batches.store.beat(owner)  # as its loop does first
-    return BatchRunner(batches, owner, lambda: set(MODELS), engine.run, lambda: busy)
+    made = BatchRunner(batches, owner, lambda: set(MODELS), engine.run, lambda: online)
+    made.in_engine = lambda: online + len(made.held)
+    return made
+
+
+async def drained(runner: BatchRunner, rounds: int = 500) -> None:
+    """Until the runner's lines in flight have ended and stored their results (bounded)."""
+    for _ in range(rounds):
+        if not runner.held:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"lines still in flight: {list(runner.held.values())}")
 
 
 async def settle(runner: BatchRunner, batches: Batches, id: str, rounds: int = 50) -> str:
@@ -109,13 +121,20 @@ async def test_a_batch_runs_every_line_once_and_ends_completed(batches: Batches)
     assert batches.file(batch.output_file_id).purpose == "batch_output"
 
 
-async def test_a_busy_engine_gets_no_batch_line(batches: Batches) -> None:
-    id = start(batches, [line("a")])
+@pytest.mark.parametrize(("online", "started"), [(0, 3), (1, 2), (3, 0), (6, 0)])
+async def test_online_requests_take_the_batchs_slots(
+    batches: Batches, online: int, started: int
+) -> None:
+    id = start(batches, [line(f"a{n}") for n in range(8)])
     engine = Engine()
-    busy = runner(batches, engine, busy=True)
-    await busy.step()
+    engine.gate.clear()  # lines stay in flight: the slots they take are counted
+    made = runner(batches, engine, online=online)
+    assert made.concurrency == 3
+    await made.step()
     await asyncio.sleep(0.01)
-    assert engine.bodies == [] and batches.store.line_counts(id)["pending"] == 1
+    assert len(made.held) == started
+    assert batches.store.line_counts(id)["pending"] == 8 - started
+    made.stop()
 
 
 async def test_runners_share_lines_and_only_one_finalizes(batches: Batches) -> None:
@@ -151,7 +170,7 @@ async def test_cancel_stops_new_lines_and_keeps_the_output_so_far(batches: Batch
     engine = Engine()
     run = runner(batches, engine)
     await run.step()  # three lines start (concurrency 3)
-    await asyncio.sleep(0.01)
+    await drained(run)
     engine.gate.clear()
     await run.step()  # three more start and wait at the gate
     cancelling = batches.cancel(id)
