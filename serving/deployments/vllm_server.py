@@ -33,6 +33,8 @@ from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
+from serving.state.responses import keep_responses
+from serving.state.store import open_store
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import Batches, open_batches
 
@@ -73,6 +75,9 @@ class VLLMServer(EngineReplica):
             self.config, model_dir, self.metrics, preload_adapters=not behind_router
         )
         vllm_app = await build_vllm_openai_app(self.engine)
+        self.store = open_store(self.config.state)
+        if self.config.state.responses:
+            keep_responses(vllm_app, self.store, self.replica_id)
         self.adapters = ReplicaAdapters(
             vllm_app.state.openai_serving_models,
             {adapter.name: adapter.path for adapter in self.config.vllm.adapters},
