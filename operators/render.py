@@ -9,7 +9,9 @@ maxReplicas, resources -> the group's resources, pods.{nodeSelector,tolerations,
 priorityClassName} -> that group's fields, pods.imagePullSecrets -> imagePullSecrets,
 pods.hfTokenSecret -> model.hfToken.existingSecret/key, pods.modelCacheClaim ->
 model.cache.persistentVolumeClaim.existingClaim, apiKeySecret -> apiKeys.existingSecret/key,
-upgradeStrategy -> ray.upgradeStrategy, rayAuth -> ray.auth.mode, networkPolicy ->
+stateSecret -> state.existingSecret/secretKey (the chart's own PostgreSQL is off: the store is the
+server platform.state.url names, or SQLite in each pod without one), upgradeStrategy ->
+ray.upgradeStrategy, rayAuth -> ray.auth.mode, networkPolicy ->
 networkPolicy.enabled (the operator's pods added to metricsFrom), platform -> platform (as
 written). Everything else is the chart's default; whatever the chart would create beside the
 RayService and its NetworkPolicy is switched off."""
@@ -156,6 +158,17 @@ def secret_values(spec: LLMServiceSpec) -> Doc:
     return {"model": {"hfToken": hf_token, "cache": cache}, "apiKeys": api_keys}
 
 
+def state_values(spec: LLMServiceSpec) -> Doc:
+    """The store: the server platform.state.url names, with stateSecret's password; no server of
+    the chart's (the operator owns no StatefulSet). Without a URL each pod keeps its own SQLite
+    file, as an LLMService did before the store existed (the CRD's stateSecret says so)."""
+    secret = spec.state_secret
+    state: Doc = {"postgresql": {"enabled": False}, "allowUnshared": True, "existingSecret": ""}
+    if secret is not None:
+        state |= {"existingSecret": secret.name, "secretKey": secret.key}
+    return state
+
+
 def cache_claim_problem(spec: LLMServiceSpec, modes: list[str] | None) -> str | None:
     """The chart's rule for a model cache claim (templates/_validate.tpl, modelCache), with the
     claim's access modes read from the API (the operator renders offline, where Helm's lookup is
@@ -234,6 +247,7 @@ def chart_values(
         "workers": workers_values(spec, defaults["workers"]),
         "networkPolicy": network_policy_values(spec, defaults["networkPolicy"]),
         **secret_values(spec),
+        "state": state_values(spec),
         **NOTHING_ELSE,
     }
 

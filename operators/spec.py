@@ -62,6 +62,11 @@ class SecretKeyRef(CamelModel):
     key: str = Field("api-keys", min_length=1, description="Key inside the Secret.")
 
 
+class PasswordSecretRef(CamelModel):
+    name: str = Field(min_length=1, description="Name of a Secret in the LLMService's namespace.")
+    key: str = Field("password", min_length=1, description="Key of the password inside the Secret.")
+
+
 class TokenSecretRef(CamelModel):
     name: str = Field(min_length=1, description="Name of a Secret in the LLMService's namespace.")
     key: str = Field("HF_TOKEN", min_length=1, description="Key of the token inside the Secret.")
@@ -200,6 +205,14 @@ class LLMServiceSpec(CamelModel):
         description="Secret with the API keys every app accepts (comma-separated); Ray "
         "containers get them in platform.auth.api_keys_env. Unset: no keys from a Secret.",
     )
+    state_secret: PasswordSecretRef | None = Field(
+        None,
+        alias="stateSecret",
+        description="Secret with the password of the PostgreSQL server that platform.state.url "
+        "names (the store of stored responses, files and batches); Ray containers get it in "
+        "platform.state.password_env. Without platform.state.url each worker pod keeps its own "
+        "SQLite store, which the other pods do not see: set both for more than one pod.",
+    )
     ray_auth: RayAuthMode = Field(
         "token",
         alias="rayAuth",
@@ -241,6 +254,15 @@ class LLMServiceSpec(CamelModel):
             raise ValueError(
                 "upgradeStrategy NewClusterWithIncrementalUpgrade needs incrementalUpgrade "
                 "(at least gatewayClassName: the GatewayClass of your Gateway API controller)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_state_secret(self) -> LLMServiceSpec:
+        if self.state_secret is not None and not self.platform.state.url:
+            raise ValueError(
+                "stateSecret is the password of the server platform.state.url names: set "
+                "platform.state.url (postgresql+psycopg://USER@HOST:5432/DB)"
             )
         return self
 

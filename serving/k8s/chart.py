@@ -42,6 +42,9 @@ INSTALL_ORDER = (
 )
 
 
+GENERATED_PASSWORD = "<generated>"
+
+
 class RenderError(RuntimeError):
     """The chart did not render; the message is Helm's (values validation, schema, template)."""
 
@@ -134,11 +137,37 @@ def rendered_manifest(values_file: str | None) -> str:
     )
     values = load_values(REPO_ROOT / values_file) if values_file else {}
     texts = [t for t in manifest_texts(render_templates(values)) if not _is_hook(t)]
+    secrets = [yaml.safe_load(t) for t in texts if _is_generated_password(t)]
+    for secret in secrets:
+        header += (
+            "# The store's password Secret is left out (a password in a file is no secret):\n"
+            f"#   kubectl create secret generic {secret['metadata']['name']} -n NAMESPACE \\\n"
+            f'#     --from-literal={next(iter(secret["data"]))}="$(openssl rand -hex 24)"\n'
+        )
+    texts = [t for t in texts if not _is_generated_password(t)]
     return header + "---\n".join(texts)
 
 
 def _is_hook(text: str) -> bool:
     return "helm.sh/hook" in (yaml.safe_load(text).get("metadata", {}).get("annotations") or {})
+
+
+def _is_generated_password(text: str) -> bool:
+    return is_generated_password(yaml.safe_load(text))
+
+
+def is_generated_password(doc: dict[str, Any]) -> bool:
+    """The Secret the chart fills with a random password (templates/state.yaml)."""
+    labels = doc.get("metadata", {}).get("labels") or {}
+    return doc.get("kind") == "Secret" and labels.get("app.kubernetes.io/component") == "state"
+
+
+def masked_password(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with a generated password replaced by a fixed mark: each offline render draws a new
+    one, where `helm upgrade` reads the live Secret's (lookup) and keeps it."""
+    if not is_generated_password(doc):
+        return doc
+    return doc | {"data": dict.fromkeys(doc.get("data") or {}, GENERATED_PASSWORD)}
 
 
 def operator_manifest() -> str:

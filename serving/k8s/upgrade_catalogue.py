@@ -57,6 +57,9 @@ CONTEXTS: dict[str, Values] = {
     "serviceAccount.*": {"serviceAccount": {"create": True}},
     "model.hfToken.key": {"model": {"hfToken": {"existingSecret": "hf-token"}}},
     "apiKeys.key": {"apiKeys": {"existingSecret": "api-keys"}},
+    # Without the bundled PostgreSQL and a URL, the chart refuses a store per pod unless accepted.
+    "state.postgresql.enabled": {"state": {"allowUnshared": True}},
+    "platform.state.url": {"state": {"postgresql": {"enabled": False}, "allowUnshared": True}},
     # Room for one more GPU replica, so that the chart's GPU check passes on both sides.
     "platform.*.resources.accelerator": {"workers": {"gpu": {"maxReplicas": 8}}},
 }
@@ -88,6 +91,10 @@ OVERRIDES: dict[str, Any] = {
     "platform.vllm.adapters": [{"name": "demo", "path": "demo:demo"}],
     "platform.vllm.autoscaling": None,  # off: a fixed num_replicas
     "platform.analysis.auth": {"api_keys_env": "ANALYSIS_KEYS"},
+    "platform.state.url": "postgresql+psycopg://llm@db.example.com:5432/llm",
+    "state.postgresql.database": "llm_serving_2",  # an identifier: no '-'
+    "state.postgresql.user": "llm_serving_2",
+    "state.postgresql.persistence.accessModes": ["ReadWriteOncePod"],
 }
 # Subtrees changed as a whole (their OVERRIDES give the value), beside their leaves.
 SUBTREES = ("platform.vllm.autoscaling",)

@@ -194,7 +194,9 @@ def rendered_objects(frozen_values: str) -> dict[ObjectKey, Values]:
             continue
         for document in yaml.load_all(text, Loader=LOADER):
             if document:
-                objects[(document["kind"], document["metadata"]["name"])] = document
+                objects[(document["kind"], document["metadata"]["name"])] = chart.masked_password(
+                    document
+                )
     return objects
 
 

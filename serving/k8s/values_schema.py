@@ -181,6 +181,48 @@ def model_values() -> Schema:
     )
 
 
+def state_values() -> Schema:
+    """The store's server: the bundled PostgreSQL or the Secret of an existing one."""
+    persistence = closed(
+        {
+            "enabled": BOOL,
+            "storageClassName": string(),
+            "accessModes": {"type": "array", "items": string(), "minItems": 1},
+            "size": string(minLength=1),
+        }
+    )
+    # PostgreSQL identifiers the chart writes unquoted into its URL and the image's env.
+    identifier = string(pattern="^[a-z_][a-z0-9_]{0,62}$")
+    postgresql = closed(
+        {
+            "enabled": BOOL,
+            "image": closed(
+                {
+                    "repository": string(minLength=1),
+                    "tag": string(minLength=1),
+                    "pullPolicy": PULL_POLICY,
+                }
+            ),
+            "database": identifier,
+            "user": identifier,
+            "maxConnections": integer(10),
+            "persistence": persistence,
+            "resources": K8S_OBJECT,
+            "nodeSelector": STRING_MAP,
+            "tolerations": K8S_LIST,
+            "affinity": K8S_OBJECT,
+        }
+    )
+    return closed(
+        {
+            "existingSecret": string(),
+            "secretKey": string(minLength=1),
+            "allowUnshared": BOOL,
+            "postgresql": postgresql,
+        }
+    )
+
+
 def chart_values() -> dict[str, Schema]:
     return {
         "global": K8S_OBJECT,  # Helm hands subcharts a `global` map
@@ -236,6 +278,7 @@ def chart_values() -> dict[str, Schema]:
         "apiKeys": closed(
             {"existingSecret": string(), "key": string(minLength=1), "value": string()}
         ),
+        "state": state_values(),
         "networkPolicy": closed(
             {
                 "enabled": BOOL,

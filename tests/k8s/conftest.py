@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,10 @@ class Rendered:
         self.values = values_of(case)
         self.merged = k8s_render.merged_values(self.values)
         templates = k8s_render.render_templates(self.values)
-        self.docs: list[Doc] = [yaml.safe_load(t) for t in k8s_render.manifest_texts(templates)]
+        self.docs: list[Doc] = [
+            k8s_render.masked_password(yaml.safe_load(t))
+            for t in k8s_render.manifest_texts(templates)
+        ]
         self.notes = next(t for name, t in templates.items() if name.endswith("NOTES.txt"))
 
     def kinds(self, kind: str) -> list[Doc]:
@@ -40,8 +44,35 @@ class Rendered:
         return doc
 
     @property
+    def store_url(self) -> str | None:
+        return store_url(self.docs, self.merged)
+
+    @property
     def platform(self) -> PlatformConfig:
-        return PlatformConfig.model_validate(self.merged["platform"])
+        return PlatformConfig.model_validate(chart_platform(self.docs, self.merged))
+
+
+def component(doc: Doc) -> str | None:
+    return (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+
+
+def store_url(docs: list[Doc], merged: dict[str, Any]) -> str | None:
+    """The bundled PostgreSQL's URL, from its Service and the values; None without it."""
+    services = [d for d in docs if d["kind"] == "Service" and component(d) == "state"]
+    if not services:
+        return None
+    postgresql = merged["state"]["postgresql"]
+    host, port = services[0]["metadata"]["name"], services[0]["spec"]["ports"][0]["port"]
+    return f"postgresql+psycopg://{postgresql['user']}@{host}:{port}/{postgresql['database']}"
+
+
+def chart_platform(docs: list[Doc], merged: dict[str, Any]) -> dict[str, Any]:
+    """The platform the chart's serve config stands for: the values', with the store the chart
+    points the replicas at (its own server's URL)."""
+    platform = copy.deepcopy(merged["platform"])
+    if url := store_url(docs, merged):
+        platform.setdefault("state", {})["url"] = url
+    return platform
 
 
 _CACHE: dict[str, Rendered] = {}

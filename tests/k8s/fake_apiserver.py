@@ -34,7 +34,7 @@ def resource_list(group_version: str, kinds: dict[str, str]) -> dict[str, Any]:
 
 # Every API group the chart renders into, besides core v1; ray.io only where KubeRay "runs".
 GROUPS = {
-    "apps/v1": {"daemonsets": "DaemonSet"},
+    "apps/v1": {"daemonsets": "DaemonSet", "statefulsets": "StatefulSet"},
     "policy/v1": {"poddisruptionbudgets": "PodDisruptionBudget"},
     "networking.k8s.io/v1": {"ingresses": "Ingress", "networkpolicies": "NetworkPolicy"},
     "monitoring.coreos.com/v1": {"servicemonitors": "ServiceMonitor", "podmonitors": "PodMonitor"},
@@ -54,7 +54,10 @@ def group_entry(group_version: str) -> dict[str, Any]:
 
 
 def routes(
-    with_kuberay: bool, with_monitoring: bool = True, claims: dict[str, list[str]] | None = None
+    with_kuberay: bool,
+    with_monitoring: bool = True,
+    claims: dict[str, list[str]] | None = None,
+    secrets: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     groups = dict(GROUPS)
     if not with_monitoring:
@@ -85,6 +88,22 @@ def routes(
             "apiVersion": "v1",
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"accessModes": modes},
+        }
+    for name, data in (secrets or {}).items():  # existing Secrets, their data base64-encoded
+        table[f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}"] = {
+            "kind": "Secret",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                # The release's own (Helm adopts it): an upgrade, not a stranger's Secret.
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {
+                    "meta.helm.sh/release-name": "llm-serving",
+                    "meta.helm.sh/release-namespace": NAMESPACE,
+                },
+            },
+            "data": data,
         }
     return table
 
@@ -140,10 +159,11 @@ def fake_cluster(
     with_kuberay: bool,
     with_monitoring: bool = True,
     claims: dict[str, list[str]] | None = None,
+    secrets: dict[str, dict[str, str]] | None = None,
 ) -> Iterator[Path]:
     """Serve the fake API on a free loopback port; yields a kubeconfig pointing at it."""
     server = ThreadingHTTPServer(
-        ("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring, claims))
+        ("127.0.0.1", 0), handler_for(routes(with_kuberay, with_monitoring, claims, secrets))
     )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -20,6 +20,7 @@ from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import serve_config_v2
 from serving.k8s.templates import TEMPLATE_FILE, generated_template
+from tests.k8s.conftest import chart_platform
 from tests.k8s.toy.echo import EchoPlatform
 
 ECHO = registry.app_named(EchoPlatform, "echo")
@@ -75,6 +76,6 @@ def test_the_chart_deploys_the_new_app_from_its_generated_tables(tmp_path: Path)
     documents = [yaml.safe_load(text) for text in k8s_render.manifest_texts(templates)]
     rayservice = next(doc for doc in documents if doc and doc["kind"] == "RayService")
     rendered = yaml.safe_load(rayservice["spec"]["serveConfigV2"])
-    platform = EchoPlatform.model_validate(k8s_render.merged_values({})["platform"])
+    platform = EchoPlatform.model_validate(chart_platform(documents, k8s_render.merged_values({})))
     assert rendered == serve_config_v2(platform)
     assert echo_entry(rendered)["route_prefix"] == "/echo"

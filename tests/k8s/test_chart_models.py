@@ -19,7 +19,7 @@ from serving.k8s.serve_config import (
     served_model_refs,
 )
 from serving.ray_env import ray_env
-from tests.k8s.conftest import MATRIX, ray_containers, rendered
+from tests.k8s.conftest import MATRIX, chart_platform, ray_containers, rendered
 
 NO_VLLM_DEFAULTS = {"vllm": {key: None for key in ("autoscaling", "resources", "engine", "args")}}
 
@@ -31,8 +31,9 @@ def serve_apps(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def render(platform: dict[str, Any]) -> tuple[dict[str, Any], PlatformConfig]:
     values = {"platform": platform}
-    rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
-    merged = k8s_render.merged_values(values)["platform"]
+    docs = k8s_render.render_documents(values)
+    rayservice = next(d for d in docs if d["kind"] == "RayService")
+    merged = chart_platform(docs, k8s_render.merged_values(values))
     return rayservice, PlatformConfig.model_validate(merged)
 
 

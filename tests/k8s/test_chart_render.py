@@ -147,7 +147,7 @@ def test_pvc_cache_is_shared_by_workers_only() -> None:
     assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     head_volumes = {v["name"]: v for v in cluster["headGroupSpec"]["template"]["spec"]["volumes"]}
     assert "emptyDir" in head_volumes["model-cache"]
-    secret = case.one("Secret")
+    (secret,) = [s for s in case.kinds("Secret") if s["metadata"]["name"].endswith("-hf-token")]
     assert volumes["hf-token"]["secret"]["secretName"] == secret["metadata"]["name"]
     prefetch = cluster["workerGroupSpecs"][0]["template"]["spec"]["initContainers"][0]
     assert prefetch["command"][-1] == "Qwen/Qwen2.5-0.5B"

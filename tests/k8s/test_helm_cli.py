@@ -3,6 +3,7 @@ KubeRay prerequisite check fires against an API server without ray.io/v1 (a loop
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serving.k8s import chart as k8s_render
 from tests.k8s.conftest import CI_DIR, MATRIX, rendered, repo_path
 from tests.k8s.fake_apiserver import fake_cluster
 
@@ -42,7 +44,12 @@ def helm(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 def by_identity(docs: list[dict]) -> dict[tuple[str, str], dict]:
-    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in docs if doc}
+    """Documents by kind and name, a generated password masked (each render draws its own)."""
+    return {
+        (doc["kind"], doc["metadata"]["name"]): k8s_render.masked_password(doc)
+        for doc in docs
+        if doc
+    }
 
 
 @pytest.mark.parametrize("name", MATRIX)
@@ -138,3 +145,17 @@ def test_an_existing_read_write_once_claim_is_looked_up_and_refused(helm, tmp_pa
             )
         assert (done.returncode != 0) is refused, done.stderr
         assert ("(of claim models) lets one node mount" in done.stderr) is refused
+
+
+def test_an_upgrade_keeps_the_generated_password(helm, tmp_path: Path) -> None:
+    """Offline renders draw a password; an install against a cluster reads the live Secret's."""
+    live = {"password": base64.b64encode(b"kept-password").decode()}
+    with fake_cluster(tmp_path, with_kuberay=True, secrets={"llm-serving-state": live}) as config:
+        done = helm("--kubeconfig", str(config), "--dry-run=server", "--disable-openapi-validation")
+    assert done.returncode == 0, done.stderr
+    docs = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["data"] == live
+    fresh = k8s_render.render_templates({})["llm-serving/templates/state.yaml"]
+    fresh = yaml.safe_load(fresh.split("---")[0])["data"]["password"]
+    assert len(base64.b64decode(fresh)) == 32 and fresh != live["password"]

@@ -189,12 +189,14 @@ def test_template_defaults_mirror_platform_config() -> None:
         app: {"enabled": None, "route_prefix": None} for app in ("vllm", "hf", "analysis")
     }
     dropped["vllm"] |= {"max_ongoing_requests": None, "autoscaling": None}
-    values = {"platform": dropped}
+    # No store server: its URL is the chart's, not a PlatformConfig default.
+    no_server = {"postgresql": {"enabled": False}, "allowUnshared": True}
+    values = {"platform": dropped, "state": no_server}
     rayservice = next(d for d in k8s_render.render_documents(values) if d["kind"] == "RayService")
     platform = PlatformConfig.model_validate(k8s_render.merged_values(values)["platform"])
     assert platform.model.ref == "default" and platform.http.port == 8000
     assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)
-    partial = {"platform": {"hf": {"autoscaling": {"max_replicas": 2}}}}  # Serve defaults unused
+    partial = {"platform": {"hf": {"autoscaling": {"max_replicas": 2}}}, "state": no_server}
     rayservice = next(d for d in k8s_render.render_documents(partial) if d["kind"] == "RayService")
     platform = PlatformConfig.model_validate(k8s_render.merged_values(partial)["platform"])
     assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)

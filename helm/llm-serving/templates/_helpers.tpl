@@ -158,6 +158,7 @@ here restarts the app's replicas; anything else leaves them running.
 {{/* Enabled apps in build_apps order, as ServeApplicationSchema dicts. */}}
 {{- define "llm-serving.serveApplications" -}}
 {{- $table := include "llm-serving.appTable" . | fromJson -}}
+{{- $platform := include "llm-serving.platformWithState" . | fromYaml -}}
 {{- $apps := list -}}
 {{- range $name := include "llm-serving.appNames" . | fromJsonArray -}}
 {{- $app := get $.Values.platform $name | default dict -}}
@@ -165,7 +166,7 @@ here restarts the app's replicas; anything else leaves them running.
 {{- $apps = concat $apps (include "llm-serving.modelApplications" $ | fromYamlArray) -}}
 {{- else if dig "enabled" true $app -}}
 {{- $row := get $table $name -}}
-{{- $args := include "llm-serving.appArgs" (dict "platform" $.Values.platform "name" $name) | fromYaml -}}
+{{- $args := include "llm-serving.appArgs" (dict "platform" $platform "name" $name) | fromYaml -}}
 {{- if $row.resources -}}
 {{- $args = include "llm-serving.pinnedArgs" (dict "args" $args "name" $name "section" $app) | fromYaml -}}
 {{- end -}}
@@ -183,11 +184,11 @@ single-model platform of the entry (PlatformConfig.model_platform: served_name i
 name), so a change to one model restarts that model alone.
 */}}
 {{- define "llm-serving.modelApplications" -}}
-{{- $platform := .Values.platform -}}
+{{- $platform := include "llm-serving.platformWithState" . | fromYaml -}}
 {{- $table := include "llm-serving.appTable" . | fromJson -}}
 {{- $routers := include "llm-serving.routerConfigs" . | fromJson -}}
 {{- $shared := dict -}}
-{{- range $key := list "auth" "limits" -}}
+{{- range $key := list "auth" "limits" "state" -}}
 {{- if hasKey $platform $key -}}{{- $_ := set $shared $key (get $platform $key) -}}{{- end -}}
 {{- end -}}
 {{- /* What the router reads of each model (serve_config.ROUTER_MODEL_KEYS): other changes leave it running. */ -}}
