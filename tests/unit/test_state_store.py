@@ -266,3 +266,35 @@ def test_the_password_comes_from_the_environment_only(
     monkeypatch.setenv(PASSWORD_ENV, "wrong")
     with pytest.raises(sqlalchemy.exc.OperationalError, match="password authentication failed"):
         Store(StateConfig(url=postgres.url, password_env=PASSWORD_ENV))
+
+
+def test_a_process_keeps_two_connections_and_bursts_to_eight(
+    make_store: Callable[..., Store], postgres: Postgres, request: pytest.FixtureRequest
+) -> None:
+    """Many replicas share one server: each process's pool keeps 2 connections between bursts
+    and opens at most 8 (2 + 6 overflow), as the server counts them."""
+    if request.node.callspec.params["make_store"] != "postgresql":
+        pytest.skip("the server's own count of connections")
+    store = make_store()
+    barrier = threading.Barrier(8)
+
+    def hold(_: int) -> int:
+        with store.engine.connect():
+            barrier.wait(timeout=60)  # all 8 connections open at once
+            count = server_connections(postgres)
+            barrier.wait(timeout=60)
+            return count
+
+    assert run_threads(8, hold) == [8] * 8
+    pool = store.engine.pool
+    assert isinstance(pool, sqlalchemy.QueuePool)
+    assert (pool.size(), pool.overflow(), pool.checkedin()) == (2, 0, 2)
+
+
+def server_connections(postgres: Postgres) -> int:
+    with postgres.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'llm-serving'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
