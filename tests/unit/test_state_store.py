@@ -269,13 +269,12 @@ def test_the_password_comes_from_the_environment_only(
 
 
 def test_a_process_keeps_two_connections_and_bursts_to_eight(
-    make_store: Callable[..., Store], postgres: Postgres, request: pytest.FixtureRequest
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Many replicas share one server: each process's pool keeps 2 connections between bursts
     and opens at most 8 (2 + 6 overflow), as the server counts them."""
-    if request.node.callspec.params["make_store"] != "postgresql":
-        pytest.skip("the server's own count of connections")
-    store = make_store()
+    monkeypatch.setenv(PASSWORD_ENV, postgres.password)
+    store = Store(StateConfig(url=postgres.url, password_env=PASSWORD_ENV))
     barrier = threading.Barrier(8)
 
     def hold(_: int) -> int:
@@ -285,10 +284,14 @@ def test_a_process_keeps_two_connections_and_bursts_to_eight(
             barrier.wait(timeout=60)
             return count
 
-    assert run_threads(8, hold) == [8] * 8
-    pool = store.engine.pool
-    assert isinstance(pool, sqlalchemy.QueuePool)
-    assert (pool.size(), pool.overflow(), pool.checkedin()) == (2, 0, 2)
+    try:
+        assert run_threads(8, hold) == [8] * 8
+        pool = store.engine.pool
+        assert isinstance(pool, sqlalchemy.QueuePool)
+        assert (pool.size(), pool.overflow(), pool.checkedin()) == (2, 0, 2)
+    finally:
+        metadata.drop_all(store.engine)
+        store.engine.dispose()
 
 
 def server_connections(postgres: Postgres) -> int:
