@@ -149,3 +149,8 @@ def test_an_unrunnable_file_fails_the_batch_with_its_errors(platform: Platform) 
     assert batch.errors.data[0].code == "invalid_file"
     with pytest.raises(openai.NotFoundError):
         client.batches.retrieve("batch_none")
+    with pytest.raises(openai.BadRequestError) as refused:  # the tiny model makes no embeddings
+        client.batches.create(
+            input_file_id=file.id, endpoint="/v1/embeddings", completion_window="24h"
+        )
+    assert refused.value.param == "endpoint"
