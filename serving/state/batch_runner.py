@@ -33,6 +33,8 @@ BEAT_S = OWNER_STALE_S / 5
 POLL_S = 1.0  # how often an idle runner looks for running batches
 # A finalizing batch whose runner died is finalized again by another after this long.
 FINALIZE_STALE_S = 4 * OWNER_STALE_S
+# A batch still validating this long after it was created lost the replica validating it.
+VALIDATION_STALE_S = 600.0
 # A cancelling batch ends when its lines in flight are done, or after this long (their runner died).
 CANCEL_GRACE_S = 4 * OWNER_STALE_S
 
@@ -131,6 +133,8 @@ class BatchRunner:
             waited = now - (batch.cancelling_at or now)
             if counts["claimed"] == 0 or waited > CANCEL_GRACE_S:
                 await asyncio.to_thread(self.batches.end, batch, "cancelled", "cancelling")
+        elif batch.status == "validating" and now - batch.created_at > VALIDATION_STALE_S:
+            await asyncio.to_thread(self.batches.abandon, batch)
         elif batch.status == "finalizing" and now - (batch.finalizing_at or now) > FINALIZE_STALE_S:
             await asyncio.to_thread(self.batches.finish_finalizing, batch)
 

@@ -24,13 +24,14 @@ from serving.state.batch_lines import (
     custom_id_of,
     dump,
     error_line,
+    fatal_error,
     new_id,
     parse_input,
 )
 from serving.state.store import Store, open_store
 from serving.state_config import BatchSettings, StateConfig
 
-RUNNING = ("in_progress", "cancelling", "finalizing")
+RUNNING = ("validating", "in_progress", "cancelling", "finalizing")
 ENDED = ("completed", "failed", "expired", "cancelled")
 MAX_WINDOW_S = 24 * 3600
 WINDOW = re.compile(r"^([1-9][0-9]*)([hm])$")
@@ -287,12 +288,30 @@ class Batches:
         update = {**self.write_results(batch), "status": status, at[status]: int(time.time())}
         if not self.move(updated(batch, update), expected):
             return False
+        self.unpin(batch)
+        return True
+
+    def unpin(self, batch: Batch) -> None:
         for kind, id in (
             (BATCH, batch.id),
             (FILE, batch.input_file_id),
             (CONTENT, batch.input_file_id),
         ):
             self.store.pin(kind, id, False)
+
+    def abandon(self, batch: Batch) -> bool:
+        """Fail a batch whose validation never ended (the replica validating it stopped)."""
+        error = fatal_error(
+            "validation_interrupted",
+            "the batch's validation stopped before it ended (its replica stopped): create it again",
+        )
+        errors = {"object": "list", "data": [error]}
+        failed = updated(
+            batch, {"status": "failed", "failed_at": int(time.time()), "errors": errors}
+        )
+        if not self.move(failed, "validating"):
+            return False
+        self.unpin(batch)
         return True
 
     def finalize(self, batch: Batch, expired: bool = False) -> bool:

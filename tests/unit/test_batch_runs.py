@@ -263,3 +263,13 @@ async def test_a_stopping_runner_gives_its_lines_back(batches: Batches) -> None:
     }
     other = runner(batches, Engine(), "r2")
     assert await settle(other, batches, id) == "completed"
+
+
+async def test_a_batch_whose_validation_stopped_fails(batches: Batches) -> None:
+    id = start(batches, [line("a")])
+    stored = batches.stored(id)
+    batches.save(stored.model_copy(update={"status": "validating", "created_at": 0}))
+    assert await settle(runner(batches, Engine()), batches, id) == "failed"
+    batch = batches.batch(id)
+    assert batch.errors is not None and batch.errors.data is not None
+    assert batch.errors.data[0].code == "validation_interrupted" and batch.failed_at
