@@ -225,6 +225,36 @@ def test_session_routing_keeps_a_session_on_one_replica(endpoint: str) -> None:
     assert len(set().union(*served.values())) == 2
 
 
+def test_a_stored_conversation_chains_across_replicas_and_models(endpoint: str) -> None:
+    """Responses stored through the router: a conversation on the two-replica model, each turn in
+    a new session (session routing spreads new sessions over both replicas), continues whichever
+    replica answers; a GET or DELETE without a model goes to the default model's replica, which
+    reads the same store."""
+    api = client(endpoint)
+    entry = next(m for m in load_config(EXAMPLE).models if m.routing == "session")
+    ids: list[str] = []
+    served = set()
+    for turn in range(4):
+        raw = api.responses.with_raw_response.create(
+            model=entry.name,
+            input=f"Turn {turn}.",
+            previous_response_id=ids[-1] if ids else None,
+            max_output_tokens=2,
+            extra_headers={"x-session-id": f"stored-conversation-{turn}"},
+        )
+        response = raw.parse()
+        assert response.previous_response_id == (ids[-1] if ids else None)
+        ids.append(response.id)
+        served.add(raw.headers["x-llm-serving-replica"])
+    assert len(served) == 2, served
+    read = api.responses.with_raw_response.retrieve(ids[-1])  # no model: the default model
+    assert read.headers["x-llm-serving-replica"] not in served
+    assert read.parse().model == entry.name and read.parse().previous_response_id == ids[-2]
+    api.responses.delete(ids[-1])
+    with pytest.raises(openai.NotFoundError):
+        api.responses.retrieve(ids[-1])
+
+
 def adapter_loads() -> dict[str, float]:
     """llm_serving_adapter_loads_total per adapter, summed over replicas, from the Ray node's
     Prometheus endpoint."""
