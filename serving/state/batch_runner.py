@@ -40,8 +40,10 @@ CANCEL_GRACE_S = 4 * OWNER_STALE_S
 
 
 def line_body(request: dict[str, Any], priority: int) -> dict[str, Any]:
-    """A line's request body as the replica runs it: below online requests, never streamed."""
-    return {**request["body"], "priority": priority, "stream": False}
+    """A line's request body as the replica runs it: below online requests, never streamed
+    (an embeddings request has no `stream`)."""
+    body = {**request["body"], "priority": priority}
+    return body if request["url"] == "/v1/embeddings" else {**body, "stream": False}
 
 
 def failed_request(err: Exception) -> tuple[int, Any, str]:

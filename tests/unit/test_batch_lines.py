@@ -14,6 +14,7 @@ from serving.state.batch_lines import (
     parse_input,
     parse_line,
 )
+from serving.state.batch_runner import line_body
 from serving.state.batches import BatchAPIError, window_seconds
 
 CHAT = "/v1/chat/completions"
@@ -116,3 +117,10 @@ def test_completion_windows_refused(window: str) -> None:
     with pytest.raises(BatchAPIError) as refused:
         window_seconds(window)
     assert refused.value.param == "completion_window" and refused.value.status == 400
+
+
+def test_a_line_runs_below_online_requests_and_unstreamed() -> None:
+    chat = {"url": CHAT, "body": {"model": "tiny", "stream": True, "priority": -5}}
+    assert line_body(chat, 10) == {"model": "tiny", "stream": False, "priority": 10}
+    embed = {"url": "/v1/embeddings", "body": {"model": "tiny", "input": "x"}}
+    assert line_body(embed, 10) == {"model": "tiny", "input": "x", "priority": 10}
