@@ -137,7 +137,11 @@ def test_a_response_deleted_on_one_replica_is_gone_on_the_other(
     one, other = (replica.client() for replica in replicas)
     response = one.responses.create(input="Forget me", **SHORT)
     deleted = other.responses.with_raw_response.delete(response.id)
-    assert deleted.http_response.json() == {"id": response.id, "object": "response", "deleted": True}
+    assert deleted.http_response.json() == {
+        "id": response.id,
+        "object": "response",
+        "deleted": True,
+    }
     with pytest.raises(openai.NotFoundError):
         one.responses.retrieve(response.id)
     with pytest.raises(openai.NotFoundError):
