@@ -188,12 +188,14 @@ class Batches:
             metadata=metadata,
         )
         self.save(batch)
+        self.store.pin(BATCH, batch.id, True)  # from here to its end, eviction leaves it
         content = self.file_content(input_file_id)
         parsed = parse_input(content, endpoint, models, default_model, self.settings.max_lines)
         return self.queue(batch, parsed)
 
     def queue(self, batch: Batch, parsed: ParsedFile) -> Batch:
-        """A validated batch in progress (its lines in the store), or failed with its errors."""
+        """A validated batch in progress (its lines in the store), or failed with its errors;
+        as it is now if it was cancelled meanwhile (the runners end it)."""
         now = int(time.time())
         if parsed.fatal:
             failed = updated(
@@ -205,7 +207,9 @@ class Batches:
                     "request_counts": {"total": 0, "completed": 0, "failed": 0},
                 },
             )
-            self.save(failed)
+            if not self.move(failed, "validating"):
+                return self.batch(batch.id)
+            self.store.pin(BATCH, batch.id, False)
             return failed
         self.store.pin(FILE, batch.input_file_id, True)
         self.store.pin(CONTENT, batch.input_file_id, True)
@@ -219,8 +223,8 @@ class Batches:
         running = updated(
             batch, {"status": "in_progress", "in_progress_at": now, "request_counts": counts}
         )
-        self.save(running)
-        self.store.pin(BATCH, batch.id, True)
+        if not self.move(running, "validating"):
+            return self.batch(batch.id)
         return running
 
     def cancel(self, id: str) -> Batch:

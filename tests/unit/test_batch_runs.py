@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from serving.state import batches as batches_module
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import BatchAPIError, Batches
 from serving.state.store import Store, owners
@@ -273,3 +274,19 @@ async def test_a_batch_whose_validation_stopped_fails(batches: Batches) -> None:
     batch = batches.batch(id)
     assert batch.errors is not None and batch.errors.data is not None
     assert batch.errors.data[0].code == "validation_interrupted" and batch.failed_at
+
+
+async def test_a_batch_cancelled_while_it_validates_stays_cancelled(
+    batches: Batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = batches.create_file("in.jsonl", "batch", line("a").encode())
+    parse = batches_module.parse_input
+
+    def cancel_then_parse(*args: Any) -> Any:  # the cancel lands while the file is read
+        batches.cancel(batches.batches(1, None)[0].id)
+        return parse(*args)
+
+    monkeypatch.setattr(batches_module, "parse_input", cancel_then_parse)
+    batch = batches.create_batch(file.id, CHAT, "24h", None, MODELS, "tiny")
+    assert batch.status == "cancelling"
+    assert await settle(runner(batches, Engine()), batches, batch.id) == "cancelled"
