@@ -135,6 +135,10 @@ def test_every_model_app_and_the_router_open_the_same_store() -> None:
     [
         (NO_SERVER, "no shared store"),
         (
+            {**NO_SERVER, "platform": {"state": {"url": "sqlite:////models/state.db"}}},
+            "its own SQLite file",
+        ),
+        (
             {"platform": {"state": {"url": EXTERNAL}}},
             "state.postgresql.enabled=true would deploy another one",
         ),

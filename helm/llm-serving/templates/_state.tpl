@@ -82,7 +82,8 @@ the old cluster beside the new one.
 {{- if and (include "llm-serving.stateSecret" .) (not (dig "state" "password_env" "x" .Values.platform)) -}}
 {{- $problems = append $problems "platform.state.password_env is empty, so the replicas would not read the store's password from its Secret. Leave it unset (LLM_SERVING_STATE_PASSWORD) or name a variable." -}}
 {{- end -}}
-{{- if not (or $url $pg.enabled .Values.state.allowUnshared) -}}
+{{- $server := and $url (not (hasPrefix "sqlite" $url)) -}}
+{{- if not (or $server $pg.enabled .Values.state.allowUnshared) -}}
 {{- $pods := 0 -}}
 {{- range $key := list "gpu" "cpu" -}}
 {{- $g := get $.Values.workers $key -}}
@@ -90,7 +91,7 @@ the old cluster beside the new one.
 {{- end -}}
 {{- $pods = mul $pods (ternary 1 2 (eq .Values.ray.upgradeStrategy "None")) -}}
 {{- if gt $pods 1 -}}
-{{- $problems = append $problems (printf "state: no shared store. With state.postgresql.enabled=false and no platform.state.url, each pod keeps stored responses and batches in its own SQLite file, but up to %d pods may run vLLM replicas (worker maxReplicas, twice during a NewCluster upgrade), so a follow-up or a batch would miss them. Set state.postgresql.enabled=true (the default), or platform.state.url to an existing PostgreSQL (or state.allowUnshared=true to accept a store per pod)." $pods) -}}
+{{- $problems = append $problems (printf "state: no shared store. With state.postgresql.enabled=false and no PostgreSQL in platform.state.url (%s), each pod keeps stored responses and batches in its own SQLite file, but up to %d pods may run vLLM replicas (worker maxReplicas, twice during a NewCluster upgrade), so a follow-up or a batch would miss them. Set state.postgresql.enabled=true (the default), or platform.state.url to an existing PostgreSQL (or state.allowUnshared=true to accept a store per pod)." ($url | default "unset") $pods) -}}
 {{- end -}}
 {{- end -}}
 {{- join "\n- " $problems -}}
