@@ -33,10 +33,10 @@ from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
-from serving.state.responses import keep_responses
-from serving.state.store import open_store
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import Batches, open_batches
+from serving.state.responses import keep_responses
+from serving.state.store import open_store
 
 
 async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
