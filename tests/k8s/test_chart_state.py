@@ -98,19 +98,16 @@ def test_only_the_releases_ray_pods_reach_the_database() -> None:
 
 
 def test_an_existing_server_gets_its_url_and_secret() -> None:
-    values = {
-        "platform": {"state": {"url": EXTERNAL, "password_env": "DB_PASSWORD"}},
-        "state": {"existingSecret": "db", "secretKey": "pw", "postgresql": {"enabled": False}},
-    }
-    docs = k8s_render.render_documents(values)
-    assert state_objects(docs) == {}
-    assert not [d for d in docs if d["kind"] == "StatefulSet"]
-    ref = {"secretKeyRef": {"name": "db", "key": "pw"}}
+    case = rendered("external-state")
+    assert state_objects(case.docs) == {}
+    assert not case.kinds("StatefulSet")
+    ref = {"secretKeyRef": {"name": "llm-serving-db", "key": "password"}}
     expected = [{"name": "DB_PASSWORD", "valueFrom": ref}]
-    (rayservice,) = [doc for doc in docs if doc["kind"] == "RayService"]
-    for container in ray_containers(rayservice):
+    for container in ray_containers(case.one("RayService")):
         assert [e for e in container["env"] if e["name"] == "DB_PASSWORD"] == expected
-    assert [args["state"]["url"] for args in vllm_args(docs)] == [EXTERNAL]
+    url = case.values["platform"]["state"]["url"]
+    assert [args["state"]["url"] for args in vllm_args(case.docs)] == [url]
+    assert k8s_render.lint(case.values) == []
 
 
 def test_an_existing_secret_serves_the_bundled_server_too() -> None:
@@ -179,5 +176,9 @@ def test_the_kubectl_manifests_leave_the_password_out() -> None:
         assert "StatefulSet" in {doc["kind"] for doc in docs}
 
 
-def test_every_case_is_valid_with_its_store(case: Rendered) -> None:
-    assert case.platform.state.url == case.store_url
+def test_every_case_shares_one_postgresql(case: Rendered) -> None:
+    """Every scenario in ci/ may run replicas on several pods: all of them open one server."""
+    url = case.platform.state.url
+    assert url is not None and url.startswith("postgresql+psycopg://")
+    assert {args["state"]["url"] for args in vllm_args(case.docs)} == {url}
+    assert url in (case.store_url, case.values.get("platform", {}).get("state", {}).get("url"))
