@@ -109,7 +109,8 @@ class VLLMServer(EngineReplica):
 
     def start_batch_runner(self, batches: Batches, behind_router: bool) -> BatchRunner:
         """This replica's batch runner: lines of its model and adapters, through its own app
-        below the API-key check (limits and deadline apply), while no online request waits."""
+        below the API-key check (limits and deadline apply), filling the engine up to
+        state.batch.concurrency requests, online ones included."""
 
         async def prepare(name: str) -> None:
             if behind_router and name in self.adapters.paths:
