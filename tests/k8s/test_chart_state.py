@@ -182,3 +182,12 @@ def test_every_case_shares_one_postgresql(case: Rendered) -> None:
     assert url is not None and url.startswith("postgresql+psycopg://")
     assert {args["state"]["url"] for args in vllm_args(case.docs)} == {url}
     assert url in (case.store_url, case.values.get("platform", {}).get("state", {}).get("url"))
+
+
+def test_the_install_notes_name_the_store() -> None:
+    assert "the PostgreSQL at postgresql+psycopg://llm_serving@llm-serving-state:5432" in (
+        rendered("default").notes
+    )
+    assert "(StatefulSet llm-serving-state:" in rendered("default").notes
+    external = rendered("external-state")
+    assert f"the PostgreSQL at {external.platform.state.url}." in external.notes
