@@ -176,6 +176,7 @@ async def test_a_cancel_on_another_replica_cancels_the_run_where_it_runs(
     serving_b, _ = vllm_serving(store_b, "replica-b", generate)
     task = start_background(serving_a, a_response("queued", id="resp_bg"))
     await generating.wait()
+    await until(lambda: store_b.get(kept.RUN, "resp_bg") is not None)  # the watcher's first beat
     beat = json.loads(store_b.get(kept.RUN, "resp_bg") or b"{}")
     assert beat["owner"] == "replica-a"
 
