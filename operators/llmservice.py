@@ -22,6 +22,7 @@ from operators.spec import (
     SpecError,
     parse_spec,
     surge_shortfall,
+    unshared_state,
 )
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -129,6 +130,8 @@ def _apply(
         )
         if shortfall := surge_shortfall(spec):
             kopf.warn(body, reason="NoGPUForSurge", message=shortfall)
+        if unshared := unshared_state(spec):
+            kopf.warn(body, reason="StateNotShared", message=unshared)
     patch.status.update(
         status.observed_status(name, namespace, spec, current, None, generation, old, now())
     )

@@ -310,6 +310,23 @@ def surge_shortfall(spec: LLMServiceSpec) -> str | None:
     )
 
 
+def unshared_state(spec: LLMServiceSpec) -> str | None:
+    """Why stored responses and batches would not be shared between replicas (each worker pod
+    keeps its own SQLite file without platform.state.url: the chart refuses that, the operator,
+    which deploys no database, warns), or None."""
+    state = spec.platform.state
+    if (state.url or "").startswith("postgresql") or spec.workers.max <= 1:
+        return None
+    if not (state.responses or state.batch.enabled):
+        return None
+    return (
+        f"up to {spec.workers.max} worker pods may run replicas, and without a PostgreSQL "
+        "platform.state.url each keeps its own stored responses and batches: a follow-up or a "
+        "batch poll that reaches another pod finds nothing. Set platform.state.url and "
+        "stateSecret, or platform.state.responses: false and platform.state.batch.enabled: false"
+    )
+
+
 def parse_spec(spec: dict | None) -> LLMServiceSpec:
     """Validate a resource's spec; SpecError carries one readable line per problem."""
     try:

@@ -87,3 +87,22 @@ def test_a_surge_without_a_gpu_is_named() -> None:
     platform = copy.deepcopy(EXAMPLE["spec"]["platform"])
     platform["vllm"]["max_surge_percent"] = 0
     assert surge_shortfall(parse_spec(spec(platform=platform))) is None
+
+
+def test_a_store_each_pod_keeps_alone_is_named() -> None:
+    """Without a PostgreSQL platform.state.url, several worker pods keep separate SQLite stores
+    (the operator deploys no database): it warns, unless the state features are off or one pod
+    runs everything."""
+    from operators.spec import unshared_state
+
+    warning = unshared_state(parse_spec(spec()))
+    assert warning and "platform.state.url" in warning and "up to 4 worker pods" in warning
+    one_pod = copy.deepcopy(EXAMPLE["spec"]["platform"])
+    one_pod["vllm"]["autoscaling"]["max_replicas"] = 1
+    assert unshared_state(parse_spec(spec(platform=one_pod, workers={"min": 1, "max": 1}))) is None
+    shared = copy.deepcopy(EXAMPLE["spec"]["platform"])
+    shared["state"] = {"url": "postgresql+psycopg://llm@db:5432/llm"}
+    assert unshared_state(parse_spec(spec(platform=shared))) is None
+    off = copy.deepcopy(EXAMPLE["spec"]["platform"])
+    off["state"] = {"responses": False, "batch": {"enabled": False}}
+    assert unshared_state(parse_spec(spec(platform=off))) is None
