@@ -72,6 +72,12 @@ class StateConfig(StrictModel):
         description="Keep Responses API responses with `store: true` (OpenAI's default), so "
         "`previous_response_id`, retrieval, deletion and background mode work on any replica.",
     )
+    max_background_responses: int = Field(
+        8,
+        gt=0,
+        description="Background responses (`background: true`) one replica runs at once; more "
+        "is a 429. A background run holds no connection, so Serve's queue limits do not count it.",
+    )
     batch: BatchSettings = Field(default_factory=BatchSettings, description="The Batch API.")
 
     @model_validator(mode="after")

@@ -77,7 +77,8 @@ class VLLMServer(EngineReplica):
         vllm_app = await build_vllm_openai_app(self.engine)
         self.store = open_store(self.config.state)
         if self.config.state.responses:
-            keep_responses(vllm_app, self.store, self.replica_id)
+            state = self.config.state
+            keep_responses(vllm_app, self.store, self.replica_id, state.max_background_responses)
         self.adapters = ReplicaAdapters(
             vllm_app.state.openai_serving_models,
             {adapter.name: adapter.path for adapter in self.config.vllm.adapters},

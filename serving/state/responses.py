@@ -108,18 +108,20 @@ def harmony_messages(body: bytes) -> list[Any]:
     return [Message.from_dict(message) for message in json.loads(body)]
 
 
-def keep_responses(app: FastAPI, store: Store, replica: str = "") -> None:
+def keep_responses(app: FastAPI, store: Store, replica: str = "", max_background: int = 8) -> None:
     """Plug `store` under vLLM's Responses serving object of `app` (its app state), with the
-    store on whatever VLLM_ENABLE_RESPONSES_API_STORE says, and add the DELETE route."""
+    store on whatever VLLM_ENABLE_RESPONSES_API_STORE says, and add the DELETE route; at most
+    `max_background` background runs at once."""
     serving = app.state.openai_serving_responses
     if serving is None:  # a model without the Responses API (e.g. an embedding model)
         return
     serving.enable_store = True
-    kept = KeptResponses(serving, store, replica, response_view(store))
+    kept = KeptResponses(serving, store, replica, response_view(store), max_background)
     serving.response_store = kept.responses
     serving.msg_store = messages_view(store, serving.use_harmony)
     # Instance attributes over vLLM's methods: each wraps (or falls back to) vLLM's own.
     for name, method in (
+        ("create_responses", kept.create),
         ("_run_background_request", kept.run_watched),
         ("_run_background_request_stream", kept.run_watched),
         ("cancel_responses", kept.cancel),
@@ -140,11 +142,29 @@ class KeptResponses:
         store: Store,
         replica: str,
         responses: StoreView[ResponsesResponse],
+        max_background: int = 8,
     ) -> None:
         self.serving = serving
         self.store = store
         self.replica = replica  # whose runs these are (a run's heartbeat names it)
         self.responses = responses  # what vLLM reads as its response_store
+        self.max_background = max_background
+
+    async def create(self, create: Callable[..., Any], request: Any, *args: Any, **kw: Any) -> Any:
+        """vLLM's create, but a background request over the replica's cap is a 429: a background
+        run outlives its HTTP request, so nothing else bounds how many run at once."""
+        running = len(self.serving.background_tasks)
+        if getattr(request, "background", False) and running >= self.max_background:
+            from http import HTTPStatus
+
+            return self.serving.create_error_response(
+                f"this replica runs {running} background responses, the limit "
+                f"state.max_background_responses={self.max_background}; retry when one ends",
+                err_type="rate_limit_exceeded",
+                status_code=HTTPStatus.TOO_MANY_REQUESTS,
+                param="background",
+            )
+        return await create(request, *args, **kw)
 
     # -- background runs -------------------------------------------------------------------------
 

@@ -74,8 +74,10 @@ def platform_config(port: int, dashboard_port: int, metrics_port: int) -> dict:
             # be a rollout: Serve hashes whether a deployment autoscales into its code version).
             "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_queue_depth": 1e4},
         },
-        # A file limit a test can pass without sending 100 MiB (test_batches.py).
-        "state": {"batch": {"max_file_bytes": 1024 * 1024}},
+        # A file limit a test can pass without sending 100 MiB (test_batches.py); one background
+        # response at a time, so the fuzzer's `background: true` cases (each up to max_model_len
+        # tokens, outliving its request) do not load the engine under the rest of the suite.
+        "state": {"batch": {"max_file_bytes": 1024 * 1024}, "max_background_responses": 1},
     }
 
 

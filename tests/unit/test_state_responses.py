@@ -6,6 +6,7 @@ is a stand-in coroutine)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -275,3 +276,32 @@ def test_delete_answers_as_openai_and_then_404(tmp_path: Path) -> None:
         again = client.delete("/v1/responses/resp_1")
     assert again.status_code == 404
     assert set(again.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_background_runs_over_the_replicas_cap_are_a_429(tmp_path: Path) -> None:
+    """A background run holds no connection, so the replica bounds how many run at once:
+    state.max_background_responses, then a 429 naming the limit; others pass to vLLM's create."""
+    store, _ = open_two(tmp_path)
+    serving, app = vllm_serving(store, "replica-a", lambda *_: asyncio.Event().wait())
+    created: list[Any] = []
+
+    async def vllm_create(request: Any, *_: Any) -> str:
+        created.append(request)
+        return "created"
+
+    cap = kept.KeptResponses(serving, store, "replica-a", kept.response_view(store), 1)
+
+    class Request:
+        def __init__(self, background: bool) -> None:
+            self.background = background
+
+    assert await cap.create(vllm_create, Request(True)) == "created"  # none runs yet
+    task = start_background(serving, a_response("queued", id="resp_bg"))
+    refused = await cap.create(vllm_create, Request(True))
+    assert refused.error.code == 429 and refused.error.param == "background"
+    assert "state.max_background_responses=1" in refused.error.message
+    assert await cap.create(vllm_create, Request(False)) == "created"  # foreground: not counted
+    assert len(created) == 2
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
