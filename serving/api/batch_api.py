@@ -141,7 +141,24 @@ def batch_app(batches: Batches, served: Served) -> ASGIApp:
     async def cancel_batch(id: str) -> dict[str, Any]:
         return (await asyncio.to_thread(batches.cancel, id)).model_dump(mode="json")
 
-    return BodySizeLimit(app, limit + MULTIPART_SLACK)
+    return FileBodyLimit(app, limit)
+
+
+class FileBodyLimit(BodySizeLimit):
+    """The routes' body limit: one largest file and its multipart framing. A body over it is
+    refused before it is read, naming the file limit (not limits.max_body_bytes)."""
+
+    def __init__(self, app: ASGIApp, max_file_bytes: int) -> None:
+        super().__init__(app, max_file_bytes + MULTIPART_SLACK)
+        self.max_file_bytes = max_file_bytes
+
+    def too_large(self) -> APIError:
+        return APIError(
+            f"the upload is over the file limit state.batch.max_file_bytes={self.max_file_bytes}",
+            status=413,
+            param="file",
+            code="file_too_large",
+        )
 
 
 class BatchRoutes:

@@ -87,6 +87,9 @@ def test_a_file_over_the_limit_is_a_413(client: openai.OpenAI, http: TestClient)
         "param",
         "code",
     }
+    # Over the whole body limit too, the refusal names the file limit, not limits.max_body_bytes.
+    assert chunked.json()["error"]["code"] == "file_too_large"
+    assert "state.batch.max_file_bytes" in chunked.json()["error"]["message"]
 
 
 def test_bad_requests_are_openai_errors(client: openai.OpenAI) -> None:
