@@ -2,7 +2,7 @@
 so they appear on each node's Prometheus endpoint (prefixed `ray_`) and in the Ray dashboard.
 
 Labels on all of them: `engine` (vllm | hf), `model`, `deployment`, `replica` (Serve's replica id);
-requests also carry `status`, adapter loads `adapter`."""
+requests also carry `status`, adapter loads `adapter`, start-up phases `phase`."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ REQUESTS = "llm_serving_requests_total"
 ADAPTER_LOADS = "llm_serving_adapter_loads_total"
 PREFIX_CACHE_QUERIES = "llm_serving_prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "llm_serving_prefix_cache_hits_total"
+REPLICA_STARTUP = "llm_serving_replica_startup_seconds"
 
 DESCRIPTIONS = {
     QUEUE_DEPTH: "Requests waiting inside the engine, not yet scheduled (queue depth).",
@@ -49,6 +50,9 @@ DESCRIPTIONS = {
     ADAPTER_LOADS: "LoRA adapters loaded into a replica's engine, by adapter (model multiplexing).",
     PREFIX_CACHE_QUERIES: "Prompt tokens looked up in the engine's prefix cache.",
     PREFIX_CACHE_HITS: "Prompt tokens found in the engine's prefix cache (hit rate: hits / queries).",
+    REPLICA_STARTUP: "Seconds each phase of this replica's start took, by phase (set once per "
+    "replica: process_up, imports, weights_loaded, kv_cache_allocated, warmup, replica_ready, "
+    "first_token, and first_request_served = process start -> first token).",
 }
 
 
@@ -109,8 +113,8 @@ class PlatformMetrics:
 
         tags = labels.as_tags()
 
-        def gauge(name: str):
-            metric = ray_metrics.Gauge(name, DESCRIPTIONS[name], tag_keys=LABELS)
+        def gauge(name: str, extra: tuple[str, ...] = ()):
+            metric = ray_metrics.Gauge(name, DESCRIPTIONS[name], tag_keys=LABELS + extra)
             metric.set_default_tags(tags)
             return metric
 
@@ -132,6 +136,7 @@ class PlatformMetrics:
         self.queue_depth = gauge(QUEUE_DEPTH)
         self.running = gauge(RUNNING)
         self.kv_cache_usage = gauge(KV_CACHE_USAGE)
+        self.replica_startup = gauge(REPLICA_STARTUP, ("phase",))
         self.ttft = histogram(TTFT)
         self.itl = histogram(ITL)
         self.e2e = histogram(E2E)
@@ -148,6 +153,11 @@ class PlatformMetrics:
         self.recorder.submit(self.queue_depth.set, stats.waiting)
         self.recorder.submit(self.running.set, stats.running)
         self.recorder.submit(self.kv_cache_usage.set, stats.kv_cache_usage)
+
+    def record_startup(self, phases: dict[str, float]) -> None:
+        """This replica's start-up phases (`vllm_startup.startup_phases`), one gauge each."""
+        for phase, seconds in phases.items():
+            self.recorder.submit(self.replica_startup.set, seconds, {"phase": phase})
 
     def record_status(self, status: int) -> None:
         self.recorder.submit(self.requests.inc, 1, {"status": str(status)})

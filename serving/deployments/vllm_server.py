@@ -29,6 +29,7 @@ from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
+from serving.engines.vllm_startup import startup_phases
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 from serving.ray_env import drain_deadline_s
@@ -61,7 +62,7 @@ class VLLMServer(EngineReplica):
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
         self, config: dict[str, Any], behind_router: bool = False
     ) -> None:
-        started = time.perf_counter()
+        started, init_at = time.perf_counter(), time.time()
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         platform = PlatformConfig.model_validate(config)
         model_dir = resolve_model(platform.model.ref, platform.model.cache_dir)
@@ -101,6 +102,8 @@ class VLLMServer(EngineReplica):
             **self.engine.startup_timings,
             "replica_total": round(time.perf_counter() - started, 2),
         }
+        self.engine.startup_at.update(replica_init=init_at, replica_ready=time.time())
+        self.metrics.record_startup(startup_phases(self.engine.startup_at))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def batch_models(self) -> tuple[set[str], str, set[str] | None]:

@@ -21,6 +21,7 @@ from serving.engines.vllm_startup import (
     phase_seconds,
     read_markers,
     remove_phase_log,
+    startup_phases,
 )
 from serving.metrics import PlatformMetrics
 
@@ -80,10 +81,15 @@ class SchedulerSnapshot:
     prefix_cache_hits: int = 0
 
 
-def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | None):
+def engine_stats_logger(
+    snapshot: SchedulerSnapshot,
+    metrics: PlatformMetrics | None,
+    startup_at: dict[str, float] | None = None,
+):
     """A vLLM stat-logger factory: the queue into `snapshot`, each step's request timings into
     the platform metrics. vLLM measures them where its own Prometheus metrics come from (arrival
-    in the replica to each output), so nothing is timed per streamed chunk on the HTTP path."""
+    in the replica to each output), so nothing is timed per streamed chunk on the HTTP path.
+    The step that produces the replica's first token closes its start-up (`startup_at`)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class PlatformStatsLogger(StatLoggerBase):
@@ -98,6 +104,8 @@ def engine_stats_logger(snapshot: SchedulerSnapshot, metrics: PlatformMetrics | 
                 )
                 snapshot.kv_cache_usage = scheduler_stats.kv_cache_usage
                 record_prefix_cache(snapshot, metrics, scheduler_stats.prefix_cache_stats)
+            if iteration_stats is not None and startup_at is not None:
+                record_first_token(startup_at, metrics, iteration_stats)
             if iteration_stats is not None and metrics is not None:
                 record_iteration(metrics, iteration_stats)
 
@@ -132,6 +140,24 @@ def count_aborts(llm: Any, snapshot: SchedulerSnapshot) -> None:
     llm.abort = counted
 
 
+def record_first_token(
+    startup_at: dict[str, float], metrics: PlatformMetrics | None, stats: Any
+) -> None:
+    """The first step with a first token: the replica's start-up ends (its phases exported)."""
+    if "first_token" in startup_at or not stats.time_to_first_tokens_iter:
+        return
+    startup_at["first_token"] = time.time()
+    if metrics is not None:
+        metrics.record_startup(startup_phases(startup_at))
+
+
+def process_created_at() -> float:
+    """When this process started (epoch seconds): the Ray worker that hosts the replica."""
+    import psutil
+
+    return float(psutil.Process().create_time())
+
+
 def record_iteration(metrics: PlatformMetrics, stats: Any) -> None:
     """One engine step's `IterationStats` into the platform's TTFT / ITL / e2e / token metrics."""
     for ttft in stats.time_to_first_tokens_iter:
@@ -152,6 +178,8 @@ class VLLMEngine:
 
     def __init__(self, llm: Any, args: Namespace, model_name: str, snapshot: SchedulerSnapshot):
         self.startup_timings: dict[str, float] = {}
+        # Moments of the start (epoch seconds) for `startup_phases`; the replica adds its own.
+        self.startup_at: dict[str, float] = {}
         self.llm = llm
         self.args = args
         self.model_name = model_name
@@ -166,6 +194,7 @@ class VLLMEngine:
         preload_adapters: bool = True,
     ) -> VLLMEngine:
         apply_engine_env(config, os.environ)
+        startup_at = {"process_created": process_created_at(), "engine_start": time.time()}
         started = time.perf_counter()
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -187,16 +216,18 @@ class VLLMEngine:
             llm = engine_class.from_vllm_config(
                 vllm_config,
                 usage_context=UsageContext.OPENAI_API_SERVER,
-                stat_loggers=[engine_stats_logger(snapshot, metrics)],
+                stat_loggers=[engine_stats_logger(snapshot, metrics, startup_at)],
                 enable_log_requests=engine_args.enable_log_requests,
                 disable_log_stats=engine_args.disable_log_stats,
             )
             count_aborts(llm, snapshot)
             marks = {**read_markers(phase_log), "start": spawned_at, "ready": time.time()}
+            startup_at.update(read_markers(phase_log), engine_ready=marks["ready"])
             yield_cpu_to_control_plane(config)
         finally:
             remove_phase_log(phase_log)
         engine = cls(llm, args, config.model.name, snapshot)
+        engine.startup_at = startup_at
         engine.startup_timings = {
             "import_vllm": round(imported - started, 2),
             "engine_config": round(configured - imported, 2),

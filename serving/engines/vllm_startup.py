@@ -1,8 +1,9 @@
 """Where a vLLM replica's start-up goes. The engine core logs its phases (in a child process, or
 in the replica with `engine_core: inprocess`); vLLM's own logging config (inherited by a child
 through the environment) gets one more handler that copies just those lines, with their
-timestamps, to a small file the replica reads once the engine is up. Phase names follow vLLM
-0.32's log messages."""
+timestamps, to a small file the replica reads once the engine is up. Marker names follow vLLM
+0.32's log messages; `startup_phases` turns the replica's moments into the named phases that
+/health, the replica's metrics and `llm-serving bench coldstart` all report."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ MARKERS = {
     "Initializing a V1 LLM engine": "engine_process_up",  # child imported vLLM, EngineCore starts
     "Starting to load model": "model_load_start",
     "Loading weights took": "model_loaded",
+    # vLLM CPU warms up inside its memory profiling, before it sizes the KV cache; GPU workers
+    # log no such pair (their warm-up and graph capture stay in kv_cache_allocated).
+    "Warming up model for the compilation": "warmup_start",
+    "Warming up done": "warmup_done",
     "init engine (profile, create kv cache, warmup model) took": "kv_cache_warmed_up",
 }
 # (phase, from marker, to marker); "start"/"ready" are the replica's own clock around the call.
@@ -29,6 +34,31 @@ PHASES = (
     ("engine_handshake", "kv_cache_warmed_up", "ready"),
 )
 ENV = "VLLM_LOGGING_CONFIG_PATH"
+
+# The phases of a replica start, in order, each the seconds between two moments (epoch seconds,
+# see `startup_phases`); `first_request_served` is their sum, process start -> first token.
+# "scheduled" (scale-up decision -> process start) is only known outside the replica: the
+# coldstart bench measures it from its request to `process_created`.
+STARTUP_PHASES = (
+    "process_up",  # the replica's process exists -> its constructor runs (Ray worker, imports)
+    "imports",  # constructor -> engine core up: vLLM imports, config, engine process spawn
+    "weights_loaded",  # engine core up -> weights loaded (device init included)
+    "kv_cache_allocated",  # weights -> engine initialized: profiling, KV cache, less warm-up
+    "warmup",  # vLLM's warm-up forward passes, where it logs them (CPU)
+    "replica_ready",  # engine initialized -> replica constructed (handshake, vLLM's app)
+    "first_token",  # replica ready -> the first request's first token
+)
+FIRST_REQUEST_SERVED = "first_request_served"
+SPANS = {
+    "process_up": ("process_created", "replica_init"),
+    "imports": ("replica_init", "engine_process_up"),
+    "weights_loaded": ("engine_process_up", "model_loaded"),
+    "kv_cache_allocated": ("model_loaded", "kv_cache_warmed_up"),
+    "warmup": ("warmup_start", "warmup_done"),
+    "replica_ready": ("kv_cache_warmed_up", "replica_ready"),
+    "first_token": ("replica_ready", "first_token"),
+    FIRST_REQUEST_SERVED: ("process_created", "first_token"),
+}
 
 
 class PhaseFileHandler(logging.FileHandler):
@@ -90,6 +120,23 @@ def phase_seconds(marks: dict[str, float]) -> dict[str, float]:
     }
 
 
+def startup_phases(at: dict[str, float]) -> dict[str, float]:
+    """Seconds per named phase whose two moments are known (STARTUP_PHASES order, then
+    first_request_served). Outside a replica `engine_start`/`engine_ready` stand for the
+    constructor's ends; the warm-up vLLM logs inside the KV-cache step is counted once, as
+    warmup."""
+    stand_ins = {"replica_init": "engine_start", "replica_ready": "engine_ready"}
+    moments = {name: at[moment] for name, moment in stand_ins.items() if moment in at} | at
+    seconds = {
+        name: moments[end] - moments[begin]
+        for name, (begin, end) in SPANS.items()
+        if begin in moments and end in moments
+    }
+    if "kv_cache_allocated" in seconds and "warmup" in seconds:
+        seconds["kv_cache_allocated"] -= seconds["warmup"]
+    return {name: round(value, 2) for name, value in seconds.items()}
+
+
 def remove_phase_log(path: Path | None) -> None:
     """Forget the files; the engine process keeps its open handle (nothing more is written)."""
     if path is not None:
@@ -102,6 +149,7 @@ def main() -> None:
     """`python -m serving.engines.vllm_startup [--config FILE] [--model REF]`: start one engine
     the way a replica does, outside Ray, and print its start-up phases as JSON."""
     import argparse
+    import asyncio
     import sys
     import time
 
@@ -123,10 +171,17 @@ def main() -> None:
         model_dir = resolve_model(config.model.ref, config.model.cache_dir)
     except (ConfigError, ModelNotFoundError) as err:
         sys.exit(f"error: {err}")
-    engine = VLLMEngine.start(config, model_dir)
-    timings = {**engine.startup_timings, "total": round(time.perf_counter() - started, 2)}
-    print(json.dumps(timings))
-    engine.shutdown()
+
+    async def start_and_stop() -> dict[str, float]:
+        # inside a running loop, as in a replica: the in-process engine core needs one
+        engine = VLLMEngine.start(config, model_dir)
+        try:
+            return {**engine.startup_timings, **startup_phases(engine.startup_at)}
+        finally:
+            engine.shutdown()
+
+    timings = asyncio.run(start_and_stop())
+    print(json.dumps({**timings, "total": round(time.perf_counter() - started, 2)}))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """`llm-serving bench SCENARIO`: sweep (targets side by side at each load level), autoscale (a
 step burst against one autoscaling deployment), batch (online latency beside a running batch),
-soak (steady load while replica memory is sampled), seed (the study's experiments in-process)
-and vllm-client (vLLM's own benchmark client). Each writes its report through the one writer
-(result.json, summary.md, plots). Bad input is one `error:` line and exit 2; an unusable target
-exit 1; a missed gate exit 3 (after the report is written). Only click is imported here: a
-scenario loads when it runs, so other `llm-serving` commands stay quick."""
+soak (steady load while replica memory is sampled), coldstart (starts from zero replicas, by
+phase), seed (the study's experiments in-process) and vllm-client (vLLM's own benchmark
+client). Each writes its report through the one writer (result.json, summary.md, plots). Bad
+input is one `error:` line and exit 2; an unusable target exit 1; a missed gate exit 3 (after
+the report is written). Only click is imported here: a scenario loads when it runs, so other
+`llm-serving` commands stay quick."""
 
 from __future__ import annotations
 
@@ -177,6 +178,43 @@ def soak(output_dir: str | None, **given: Any) -> None:
     from serving.loadgen.scenarios.soak import SoakArgs, run_soak
 
     finish("soak", output_dir, lambda _out: run_soak(SoakArgs(**given)))
+
+
+@bench.command()
+@ONE_TARGET
+@DASHBOARD
+@click.option("--model", help="Model name to request; default: the target's first model.")
+@click.option(
+    "--runs", type=click.IntRange(1, 50), default=3, help="Starts from zero replicas to time."
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=16,
+    help="Tokens each run's streaming chat request generates.",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    help="Seconds one request may take, cold start and stream included.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1800.0,
+    help="Seconds the whole bench may take (waits for zero replicas included); runs left "
+    "after it are not started.",
+)
+@OUTPUT
+@bench_errors
+def coldstart(output_dir: str | None, **given: Any) -> None:
+    """Start a `min_replicas: 0` deployment from zero --runs times (one streaming chat each):
+    each start-up phase's median and spread, and from zero to the first token. Exit 3 when a
+    run got no answer."""
+    from serving.loadgen.scenarios.coldstart import ColdstartArgs, run_bench
+
+    finish("coldstart", output_dir, lambda _out: run_bench(ColdstartArgs(**given)))
 
 
 @bench.command()

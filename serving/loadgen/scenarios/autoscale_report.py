@@ -12,6 +12,7 @@ matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from serving.engines.vllm_startup import FIRST_REQUEST_SERVED, STARTUP_PHASES
 from serving.loadgen.report import Report
 from serving.loadgen.scenarios.autoscale import AutoscalePlan, Run, request_counts
 from serving.loadgen.scenarios.autoscale_timeline import figures
@@ -146,10 +147,18 @@ def summary_markdown(document: dict[str, Any]) -> str:
     if others_text(document):
         lines.append(f"\nMeanwhile the other autoscaling deployments: {others_text(document)}.")
     for i, startup in enumerate(document["replica_startup_s"], 1):
-        phases = ", ".join(f"{k} {v} s" for k, v in startup.items())
-        lines.append(f"\nReplica {i} start-up: {phases}")
+        lines.append(f"\nReplica {i} start-up: {startup_text(startup)}")
     lines += ["", "![timeline](timeline.png)", ""]
     return "\n".join(lines)
+
+
+def startup_text(startup: dict[str, float]) -> str:
+    """A replica's named start-up phases in order (as `bench coldstart` and the metrics name
+    them), then the engine's own finer timings."""
+    named = (*STARTUP_PHASES, FIRST_REQUEST_SERVED)
+    phases = ", ".join(f"{k} {startup[k]} s" for k in named if k in startup)
+    details = ", ".join(f"{k} {v} s" for k, v in startup.items() if k not in named)
+    return "; ".join(part for part in (phases, f"details: {details}" if details else "") if part)
 
 
 def plot_timeline(document: dict[str, Any], path: Path) -> Path:

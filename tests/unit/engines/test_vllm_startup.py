@@ -57,3 +57,55 @@ def test_a_missing_marker_drops_only_its_phases() -> None:
     marks = {"start": 100.0, "engine_process_up": 109.5, "ready": 113.5}
     assert startup.phase_seconds(marks) == {"engine_process_spawn_import": 9.5}
     assert startup.read_markers(None) == {}
+
+
+def test_vllms_cpu_warm_up_lines_are_markers() -> None:
+    assert startup.marker_of("Warming up model for the compilation...") == "warmup_start"
+    assert startup.marker_of("Warming up done.") == "warmup_done"
+
+
+def replica_moments() -> dict[str, float]:
+    return {
+        "process_created": 100.0,
+        "replica_init": 101.0,
+        "engine_start": 101.5,
+        "engine_process_up": 110.0,
+        "model_loaded": 111.0,
+        "warmup_start": 111.5,
+        "warmup_done": 114.0,
+        "kv_cache_warmed_up": 115.0,
+        "engine_ready": 115.5,
+        "replica_ready": 116.0,
+        "first_token": 117.25,
+    }
+
+
+def test_named_phases_are_the_gaps_and_add_up_to_the_first_request() -> None:
+    phases = startup.startup_phases(replica_moments())
+    assert phases == {
+        "process_up": 1.0,
+        "imports": 9.0,
+        "weights_loaded": 1.0,
+        "kv_cache_allocated": 1.5,  # 4 s from weights to engine ready, less 2.5 s of warm-up
+        "warmup": 2.5,
+        "replica_ready": 1.0,
+        "first_token": 1.25,
+        "first_request_served": 17.25,
+    }
+    assert list(phases)[:-1] == list(startup.STARTUP_PHASES)
+    assert sum(phases[name] for name in startup.STARTUP_PHASES) == phases["first_request_served"]
+
+
+def test_outside_a_replica_the_engines_own_ends_stand_in() -> None:
+    moments = replica_moments()
+    for name in ("replica_init", "replica_ready", "first_token", "warmup_start", "warmup_done"):
+        del moments[name]
+    phases = startup.startup_phases(moments)
+    assert (phases["imports"], phases["kv_cache_allocated"], phases["replica_ready"]) == (
+        8.5,
+        4.0,
+        0.5,
+    )
+    assert "first_token" not in phases and "warmup" not in phases
+    assert "first_request_served" not in phases
+    assert startup.startup_phases({}) == {}

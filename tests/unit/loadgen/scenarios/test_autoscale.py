@@ -248,3 +248,11 @@ def test_bad_autoscale_input_is_one_error_line(args: list[str], message: str) ->
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith(message)
     assert "Traceback" not in result.output
+
+
+def test_a_replicas_start_up_lists_the_named_phases_first() -> None:
+    startup = {"import_vllm": 7.0, "imports": 9.0, "process_up": 1.0, "first_request_served": 30.0}
+    assert autoscale_report.startup_text(startup) == (
+        "process_up 1.0 s, imports 9.0 s, first_request_served 30.0 s; details: import_vllm 7.0 s"
+    )
+    assert autoscale_report.startup_text({"import_vllm": 7.0}) == "details: import_vllm 7.0 s"
