@@ -87,10 +87,21 @@ class AutoscalingSettings(StrictModel):
         32.0, gt=0, description="Ongoing requests per replica the autoscaler aims for."
     )
     upscale_delay_s: float = Field(
-        2.0, ge=0, description="Load must stay above target this long before scaling up."
+        2.0,
+        ge=0,
+        description="Load must stay above target this long before scaling up; not from zero, "
+        "where the first held request starts a replica at once.",
     )
     downscale_delay_s: float = Field(
         20.0, ge=0, description="Load must stay below target this long before scaling down."
+    )
+    downscale_to_zero_delay_s: float | None = Field(
+        None,
+        ge=0,
+        description="How long the last replica must stay idle before it stops (Serve's "
+        "downscale_to_zero_delay_s; read only with min_replicas 0), e.g. longer than "
+        "downscale_delay_s so a short pause does not cost a cold start. Unset: "
+        "downscale_delay_s (Serve's default).",
     )
     metrics_interval_s: float = Field(
         1.0, gt=0, description="How often each replica reports its queue to the autoscaler."
@@ -125,6 +136,11 @@ class AutoscalingSettings(StrictModel):
             return self.initial_replicas
         return 1 if self.min_replicas == 0 else None
 
+    def _to_zero_option(self) -> dict[str, float]:
+        """Written only when set, so every other deployment's serve config stays as it was."""
+        delay = self.downscale_to_zero_delay_s
+        return {} if delay is None else {"downscale_to_zero_delay_s": delay}
+
     def serve_options(self) -> dict[str, Any]:
         """Ray Serve's `autoscaling_config`."""
         initial = self.start_replicas()
@@ -135,6 +151,7 @@ class AutoscalingSettings(StrictModel):
             "target_ongoing_requests": self.target_queue_depth,
             "upscale_delay_s": self.upscale_delay_s,
             "downscale_delay_s": self.downscale_delay_s,
+            **self._to_zero_option(),
             "look_back_period_s": self.look_back_period_s,
             # Deprecated in Ray 2.60 in favour of the push-interval variables of `ray_env`, but
             # 2.60's handles and replicas still push at this interval (10 s when unset), and only

@@ -135,6 +135,7 @@
     "target_queue_depth": 32.0,
     "upscale_delay_s": 2.0,
     "downscale_delay_s": 20.0,
+    "downscale_to_zero_delay_s": null,
     "metrics_interval_s": 1.0,
     "look_back_period_s": 3.0,
     "initial_replicas": null

@@ -145,6 +145,8 @@ here restarts the app's replicas; anything else leaves them running.
 {{- $initial := dig "initial_replicas" nil . -}}
 {{- if kindIs "invalid" $initial -}}{{- if eq (int $min) 0 -}}{{- $initial = 1 -}}{{- end -}}{{- end -}}
 {{- if not (kindIs "invalid" $initial) -}}{{- $_ = set $scaling "initial_replicas" $initial -}}{{- end -}}
+{{- $toZero := dig "downscale_to_zero_delay_s" nil . -}}
+{{- if not (kindIs "invalid" $toZero) -}}{{- $_ = set $scaling "downscale_to_zero_delay_s" $toZero -}}{{- end -}}
 {{- $_ = set $opts "autoscaling_config" $scaling -}}
 {{- else -}}
 {{- $_ = set $opts "num_replicas" (dig "num_replicas" $r.num_replicas $app) -}}
