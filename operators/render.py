@@ -5,7 +5,8 @@ them as the release named after the LLMService, and the operator takes the RaySe
 its own metadata on it (labels, owner, namespace). Knobs -> values: image -> image.repository:tag,
 gpusPerReplica -> workers.gpu.gpusPerWorker (0: the workers.cpu group instead; a GPU LLMService
 keeps the chart's CPU group only for apps on the CPU), workers.min/max -> replicas = minReplicas /
-maxReplicas, resources -> the group's resources, pods.{nodeSelector,tolerations,runtimeClassName,
+maxReplicas (min unset: the chart's, whose GPU minimum is 0 when every GPU app may scale to zero),
+resources -> the group's resources, pods.{nodeSelector,tolerations,runtimeClassName,
 priorityClassName} -> that group's fields, pods.imagePullSecrets -> imagePullSecrets,
 pods.hfTokenSecret -> model.hfToken.existingSecret/key, pods.modelCacheClaim ->
 model.cache.persistentVolumeClaim.existingClaim, apiKeySecret -> apiKeys.existingSecret/key,
@@ -119,11 +120,12 @@ def needs_cpu_group(spec: LLMServiceSpec) -> bool:
 def group_values(spec: LLMServiceSpec, default: Doc) -> Doc:
     """The LLMService's worker group; `default` is the chart's group of the same kind."""
     pods = spec.pods
+    bounds = spec.workers
     group: Doc = {
         "enabled": True,
-        "replicas": spec.workers.min,
-        "minReplicas": spec.workers.min,
-        "maxReplicas": spec.workers.max,
+        # Unset: the chart's (one pod at start; the fewest follows the GPU apps' min_replicas).
+        **({} if bounds.min is None else {"replicas": bounds.min, "minReplicas": bounds.min}),
+        "maxReplicas": bounds.max,
         "nodeSelector": exactly(default["nodeSelector"], pods.node_selector),
         "runtimeClassName": pods.runtime_class_name or "",
         "priorityClassName": pods.priority_class_name or "",

@@ -9,9 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from serving.apps import apps_of
 from serving.config import PlatformConfig, format_validation_error
-from serving.k8s.serve_config import inline_key_settings, vllm_deployments
+from serving.k8s.gpu_workers import gpu_demand, surge_gpus
+from serving.k8s.serve_config import inline_key_settings
 from serving.k8s.values_schema import RayAuthMode, UpgradeStrategy
 
 GROUP = "serving.llm-serving.io"
@@ -34,14 +34,18 @@ class CamelModel(BaseModel):
 
 
 class WorkerBounds(CamelModel):
-    min: int = Field(
-        1, ge=0, description="Worker pods at start and the fewest the autoscaler keeps."
+    min: int | None = Field(
+        None,
+        ge=0,
+        description="Worker pods at start and the fewest the autoscaler keeps. Unset: one pod "
+        "at start; the fewest 0 on GPU workers when every GPU app may scale to zero "
+        "(min_replicas 0), else 1.",
     )
     max: int = Field(4, ge=1, description="Most worker pods KubeRay's autoscaler may create.")
 
     @model_validator(mode="after")
     def _check_bounds(self) -> WorkerBounds:
-        if self.min > self.max:
+        if self.min is not None and self.min > self.max:
             raise ValueError(f"workers.min ({self.min}) must not exceed workers.max ({self.max})")
         return self
 
@@ -149,30 +153,6 @@ class PodSettings(CamelModel):
     priority_class_name: str | None = Field(
         None, alias="priorityClassName", description="Priority class of worker pods."
     )
-
-
-def gpu_replicas(config: PlatformConfig) -> list[tuple[int, int]]:
-    """(most replicas, max_surge_percent) of every enabled app (each model of `models` on its
-    own) on accelerator gpu."""
-    others = [getattr(config, app.name) for app in apps_of(config) if app.name != "vllm"]
-    found = []
-    for section in [*vllm_deployments(config), *(s for s in others if s.enabled)]:
-        if section.resources.accelerator == "gpu":
-            scaling = getattr(section, "autoscaling", None)  # an app Serve does not scale has one
-            most = scaling.max_replicas if scaling else getattr(section, "num_replicas", 1)
-            found.append((most, getattr(section, "max_surge_percent", 0)))
-    return found
-
-
-def gpu_demand(config: PlatformConfig) -> int:
-    """GPUs Serve may ask for at most: one per replica of every GPU app."""
-    return sum(most for most, _ in gpu_replicas(config))
-
-
-def surge_gpus(config: PlatformConfig) -> int:
-    """GPUs a rolling update adds at full scale: the largest ceil(surge% x replicas) of any GPU
-    app (Serve's _surge_replicas_to_start; the chart's llm-serving.surgeWarning)."""
-    return max((-(-percent * most // 100) for most, percent in gpu_replicas(config)), default=0)
 
 
 class LLMServiceSpec(CamelModel):

@@ -136,6 +136,8 @@ def worker_group(gpu: bool) -> Schema:
     if gpu:
         # No minimum here: the chart's validation explains why 0 is wrong and what to do instead.
         properties["gpusPerWorker"] = integer()
+        # null: derived from the GPU apps' min_replicas (templates/_helpers.tpl workerMinReplicas).
+        properties["minReplicas"] = {"anyOf": [integer(0), {"type": "null"}]}
     return closed(properties)
 
 

@@ -289,6 +289,20 @@ push intervals follow the fastest autoscaled app or model. */}}
 {{- end -}}
 
 {{/*
+Fewest pods of a worker group (.key gpu or cpu): workers.<key>.minReplicas; for the GPU group
+unset (null), 0 when every GPU app may scale to zero (min_replicas 0), else 1
+(serving.k8s.gpu_workers.gpu_worker_min). At 0 KubeRay's autoscaler removes the last idle GPU worker
+once Serve has stopped its replicas, and adds one when Serve starts a replica again.
+*/}}
+{{- define "llm-serving.workerMinReplicas" -}}
+{{- $min := (get .root.Values.workers .key).minReplicas -}}
+{{- if not (kindIs "invalid" $min) -}}{{- int $min -}}
+{{- else if eq .key "gpu" -}}{{- ternary 1 0 (gt (include "llm-serving.gpuReplicas" (dict "root" .root "bound" "fewest") | int) 0) -}}
+{{- else -}}1
+{{- end -}}
+{{- end -}}
+
+{{/*
 KubeRay leaves worker replicas/minReplicas/maxReplicas/tolerations out of its cluster hash, so a
 change of them alone would be ignored on upgrade. Their hash on the head pod template makes it a
 cluster change: with upgradeStrategy NewCluster KubeRay starts a RayCluster with the new bounds
@@ -299,7 +313,8 @@ and switches traffic once it serves.
 {{- range $key := list "gpu" "cpu" -}}
 {{- $g := get $.Values.workers $key -}}
 {{- if $g.enabled -}}
-{{- $groups = append $groups (dict "group" $g.groupName "replicas" $g.replicas "min" $g.minReplicas "max" $g.maxReplicas "tolerations" $g.tolerations) -}}
+{{- $min := include "llm-serving.workerMinReplicas" (dict "root" $ "key" $key) | int -}}
+{{- $groups = append $groups (dict "group" $g.groupName "replicas" $g.replicas "min" $min "max" $g.maxReplicas "tolerations" $g.tolerations) -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $groups | sha256sum | trunc 16 -}}

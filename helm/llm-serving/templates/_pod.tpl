@@ -8,6 +8,13 @@ KubeRay adds the `ray start` command, /dev/shm, its own labels and the wait-for-
   value: {{ printf "%s/huggingface" .Values.model.cache.mountPath | quote }}
 - name: LLM_SERVING_CACHE
   value: {{ printf "%s/llm-serving" .Values.model.cache.mountPath | quote }}
+{{- if .Values.model.cache.persistentVolumeClaim.enabled }}
+# vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache) on the shared claim: a replica
+# on a new GPU node loads the compiled graphs of the first instead of compiling again
+# (enforce_eager: false).
+- name: VLLM_CACHE_ROOT
+  value: {{ printf "%s/vllm" .Values.model.cache.mountPath | quote }}
+{{- end }}
 {{- if include "llm-serving.hfTokenSecret" . }}
 # The token is a file, not an env var: huggingface_hub reads HF_TOKEN_PATH.
 - name: HF_TOKEN_PATH

@@ -12,7 +12,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- $messages = append $messages (include "llm-serving.validate.cpuGroup" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.modelCache" .) -}}
 {{- range $key := list "gpu" "cpu" -}}
-{{- $messages = append $messages (include "llm-serving.validate.groupBounds" (dict "key" $key "group" (get $.Values.workers $key))) -}}
+{{- $messages = append $messages (include "llm-serving.validate.groupBounds" (dict "key" $key "root" $)) -}}
 {{- end -}}
 {{- $messages = append $messages (include "llm-serving.validate.gpuCapacity" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
@@ -128,34 +128,43 @@ workers: no worker group is enabled, and the head runs no Serve replicas. Enable
 {{- end -}}
 
 {{- define "llm-serving.validate.groupBounds" -}}
-{{- $g := .group -}}
+{{- $g := get .root.Values.workers .key -}}
 {{- if $g.enabled -}}
-{{- $min := int $g.minReplicas -}}{{- $max := int $g.maxReplicas -}}{{- $n := int $g.replicas -}}
+{{- $min := include "llm-serving.workerMinReplicas" . | int -}}{{- $max := int $g.maxReplicas -}}{{- $n := int $g.replicas -}}
 {{- if or (lt $min 0) (lt $n 0) (lt $max 1) -}}
 workers.{{ .key }}: replicas ({{ $n }}) and minReplicas ({{ $min }}) must not be negative, maxReplicas ({{ $max }}) must be at least 1.
 {{- else if or (gt $min $n) (gt $n $max) -}}
 workers.{{ .key }}: need minReplicas <= replicas <= maxReplicas, got {{ $min }} <= {{ $n }} <= {{ $max }}.
+{{- else if and (eq $n 0) (not .root.Values.autoscaler.enabled) -}}
+workers.{{ .key }}: replicas 0 with autoscaler.enabled=false: nothing would ever start a worker of this group (KubeRay keeps `replicas` pods without its autoscaler). Set autoscaler.enabled=true, so workers scale from zero when a replica needs one, or replicas >= 1.
 {{- end -}}
 {{- end -}}
 {{- end -}}
 
-{{/* GPUs the Serve apps may ask for at most: one per replica of every app with accelerator gpu,
-each model of platform.models counted on its own (operators.spec.gpu_demand). */}}
-{{- define "llm-serving.gpuDemand" -}}
-{{- $demand := 0 -}}
-{{- $apps := include "llm-serving.vllmDeployments" . | fromYamlArray -}}
-{{- range $name := without (include "llm-serving.appNames" . | fromJsonArray) "vllm" -}}
-{{- $app := get $.Values.platform $name | default dict -}}
+{{/* GPU replicas of every app with accelerator gpu, each model of platform.models counted on its
+own (serving.k8s.gpu_workers.gpu_replicas): at most (.bound "most") or at the fewest ("fewest":
+min_replicas, 0 for an app that may scale to zero; num_replicas of an app without autoscaling). */}}
+{{- define "llm-serving.gpuReplicas" -}}
+{{- $total := 0 -}}
+{{- $apps := include "llm-serving.vllmDeployments" .root | fromYamlArray -}}
+{{- range $name := without (include "llm-serving.appNames" .root | fromJsonArray) "vllm" -}}
+{{- $app := get $.root.Values.platform $name | default dict -}}
 {{- if dig "enabled" true $app -}}{{- $apps = append $apps $app -}}{{- end -}}
 {{- end -}}
+{{- $key := ternary "max_replicas" "min_replicas" (eq .bound "most") -}}
 {{- range $app := $apps -}}
 {{- if eq (dig "resources" "accelerator" "cpu" $app) "gpu" -}}
 {{- $replicas := dig "num_replicas" 1 $app -}}
-{{- with dig "autoscaling" nil $app -}}{{- $replicas = dig "max_replicas" 1 . -}}{{- end -}}
-{{- $demand = add $demand (int $replicas) -}}
+{{- with dig "autoscaling" nil $app -}}{{- $replicas = dig $key 1 . -}}{{- end -}}
+{{- $total = add $total (int $replicas) -}}
 {{- end -}}
 {{- end -}}
-{{- $demand -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* GPUs the Serve apps may ask for at most (operators: serving.k8s.gpu_workers.gpu_demand). */}}
+{{- define "llm-serving.gpuDemand" -}}
+{{- include "llm-serving.gpuReplicas" (dict "root" . "bound" "most") -}}
 {{- end -}}
 
 {{- define "llm-serving.validate.gpuCapacity" -}}
