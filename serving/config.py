@@ -121,6 +121,11 @@ class VLLMReplicaSettings(ReplicaScaling):
     )
 
     @model_validator(mode="after")
+    def _check_engine_device(self) -> VLLMReplicaSettings:
+        self.engine.check_device(self.resources.accelerator)
+        return self
+
+    @model_validator(mode="after")
     def _check_runtime_adapters(self) -> VLLMReplicaSettings:
         if self.runtime_adapters and not (self.adapter_roots or self.adapter_hub_ids):
             raise ValueError(

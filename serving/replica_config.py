@@ -56,6 +56,14 @@ class VLLMEngineConfig(StrictModel):
         "driven by one thread; no second torch + vLLM import, so a new replica serves sooner "
         "(faster scale-up), at some decode throughput.",
     )
+    sleep_when_idle_s: float | None = Field(
+        None,
+        gt=0,
+        description="GPU only, a warm zero: a replica idle this long puts vLLM to sleep (level 1: "
+        "weights moved to CPU memory, KV cache freed) and wakes it on the next request, in "
+        "about the time the weights take to copy back, not a cold start. Starts vLLM with "
+        "enable_sleep_mode. Not on the CPU, where vLLM has no sleep mode. Unset: never sleeps.",
+    )
     cpu_threads: int | None = Field(
         None,
         gt=0,
@@ -70,6 +78,23 @@ class VLLMEngineConfig(StrictModel):
         "or the whole replica with engine_core inprocess; Ray starts workers at 15): a starting "
         "replica, Serve's proxy and controller get the cores before decode. None: unchanged.",
     )
+
+    @model_validator(mode="after")
+    def _check_sleep(self) -> VLLMEngineConfig:
+        if self.sleep_when_idle_s is not None and self.engine_core == "inprocess":
+            raise ValueError(
+                "sleep_when_idle_s needs engine_core: process (the in-process engine core "
+                "has no sleep mode)"
+            )
+        return self
+
+    def check_device(self, accelerator: Accelerator) -> None:
+        """Settings that only one kind of device supports."""
+        if self.sleep_when_idle_s is not None and accelerator != "gpu":
+            raise ValueError(
+                "engine.sleep_when_idle_s: vLLM's sleep mode needs a GPU (CUDA or ROCm), but "
+                "resources.accelerator is cpu; unset sleep_when_idle_s, or run on a GPU"
+            )
 
     def memory_utilization(self, accelerator: Accelerator) -> float:
         if self.gpu_memory_utilization is not None:

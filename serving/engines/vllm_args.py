@@ -45,6 +45,7 @@ def typed_options(config: PlatformConfig, preload_adapters: bool = True) -> dict
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "kv_cache_memory_bytes": _gib_to_bytes(engine.kv_cache_memory_gb),
         "seed": engine.seed,
+        "enable_sleep_mode": True if engine.sleep_when_idle_s is not None else None,
         # Batch lines ask for a lower priority than online requests (serving/state/batches.py);
         # vLLM refuses a request's priority under its default first-come-first-served policy.
         "scheduling_policy": "priority" if config.state.batch.enabled else None,
