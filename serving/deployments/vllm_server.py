@@ -19,6 +19,7 @@ from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 from starlette.types import Message
 
+from serving import deployments
 from serving.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
 from serving.api.auth import key_ring
 from serving.api.batch_api import batch_app, call_json
@@ -29,7 +30,6 @@ from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
-from serving.engines.vllm_sleep import sleep_when_idle
 from serving.engines.vllm_startup import startup_phases
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
@@ -97,15 +97,19 @@ class VLLMServer(EngineReplica):
             key_ring(self.config.auth),
             batch_app(batches, self.batch_models) if batches else None,
         )
-        if idle_s := self.config.vllm.engine.sleep_when_idle_s:  # a warm zero (GPU only)
-            self.sleeper = sleep_when_idle(self.openai_app, self.engine.llm, idle_s)
         self.batch_runner = self.start_batch_runner(batches, behind_router) if batches else None
         self.engine.startup_timings = {
             "resolve_model": round(resolved - started, 2),
             **self.engine.startup_timings,
             "replica_total": round(time.perf_counter() - started, 2),
         }
-        self.engine.startup_at.update(replica_init=init_at, replica_ready=time.time())
+        self.engine.startup_at.update(
+            # Read through the module: Serve pickles this class by value, with the build
+            # process's values of the names it uses.
+            platform_imported=deployments.IMPORTED_AT,
+            replica_init=init_at,
+            replica_ready=time.time(),
+        )
         self.metrics.record_startup(startup_phases(self.engine.startup_at))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 

@@ -37,11 +37,12 @@ ENV = "VLLM_LOGGING_CONFIG_PATH"
 
 # The phases of a replica start, in order, each the seconds between two moments (epoch seconds,
 # see `startup_phases`); `first_request_served` is their sum, process start -> first token.
-# "scheduled" (scale-up decision -> process start) is only known outside the replica: the
-# coldstart bench measures it from its request to `process_created`.
+# SCHEDULED (Serve starts the replica -> its process exists) needs the moment Serve's controller
+# started it (`serve_started`), which only the outside knows: the coldstart bench adds it.
+SCHEDULED = "scheduled"
 STARTUP_PHASES = (
-    "process_up",  # the replica's process exists -> its constructor runs (Ray worker, imports)
-    "imports",  # constructor -> engine core up: vLLM imports, config, engine process spawn
+    "process_up",  # the replica's process exists -> it imports the platform (Ray worker boot)
+    "imports",  # -> engine core up: the replica module (vLLM), Serve, engine process + imports
     "weights_loaded",  # engine core up -> weights loaded (device init included)
     "kv_cache_allocated",  # weights -> engine initialized: profiling, KV cache, less warm-up
     "warmup",  # vLLM's warm-up forward passes, where it logs them (CPU)
@@ -50,8 +51,9 @@ STARTUP_PHASES = (
 )
 FIRST_REQUEST_SERVED = "first_request_served"
 SPANS = {
-    "process_up": ("process_created", "replica_init"),
-    "imports": ("replica_init", "engine_process_up"),
+    SCHEDULED: ("serve_started", "process_created"),
+    "process_up": ("process_created", "platform_imported"),
+    "imports": ("platform_imported", "engine_process_up"),
     "weights_loaded": ("engine_process_up", "model_loaded"),
     "kv_cache_allocated": ("model_loaded", "kv_cache_warmed_up"),
     "warmup": ("warmup_start", "warmup_done"),
@@ -59,6 +61,15 @@ SPANS = {
     "first_token": ("replica_ready", "first_token"),
     FIRST_REQUEST_SERVED: ("process_created", "first_token"),
 }
+# Moments a start outside a replica (or an older replica) lacks, and what stands in for them.
+STAND_INS = (
+    ("replica_init", "engine_start"),
+    ("platform_imported", "replica_init"),
+    ("replica_ready", "engine_ready"),
+)
+# Ray may hand the replica a worker process started (and importing) before Serve asked for it:
+# with `serve_started` known, these moments count from it at the earliest.
+BEFORE_THE_REPLICA = ("process_created", "platform_imported", "replica_init")
 
 
 class PhaseFileHandler(logging.FileHandler):
@@ -120,13 +131,25 @@ def phase_seconds(marks: dict[str, float]) -> dict[str, float]:
     }
 
 
+def known_moments(at: dict[str, float]) -> dict[str, float]:
+    """`at` with its stand-ins, and nothing of the replica's before Serve started it."""
+    moments = dict(at)
+    for name, stand_in in STAND_INS:
+        if name not in moments and stand_in in moments:
+            moments[name] = moments[stand_in]
+    if "serve_started" in moments:
+        for name in BEFORE_THE_REPLICA:
+            if name in moments:
+                moments[name] = max(moments[name], moments["serve_started"])
+    return moments
+
+
 def startup_phases(at: dict[str, float]) -> dict[str, float]:
-    """Seconds per named phase whose two moments are known (STARTUP_PHASES order, then
-    first_request_served). Outside a replica `engine_start`/`engine_ready` stand for the
-    constructor's ends; the warm-up vLLM logs inside the KV-cache step is counted once, as
-    warmup."""
-    stand_ins = {"replica_init": "engine_start", "replica_ready": "engine_ready"}
-    moments = {name: at[moment] for name, moment in stand_ins.items() if moment in at} | at
+    """Seconds per named phase whose two moments are known (SCHEDULED, STARTUP_PHASES, then
+    first_request_served). Outside a replica the engine's own ends stand in for the
+    constructor's (STAND_INS); the warm-up vLLM logs inside the KV-cache step is counted once, as
+    warmup. Without `serve_started` a pre-started worker's wait counts as process_up."""
+    moments = known_moments(at)
     seconds = {
         name: moments[end] - moments[begin]
         for name, (begin, end) in SPANS.items()

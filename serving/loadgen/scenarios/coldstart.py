@@ -1,9 +1,11 @@
 """`llm-serving bench coldstart`: start one `min_replicas: 0` deployment from zero N times. Each
 run waits until Serve reports no replica of it (the Ray dashboard's REST API: no request reaches
 the deployment meanwhile), sends one streaming chat request, times it to the first token and to
-the end, and reads the new replica's start-up phases from its /health. "scheduled" (request sent,
-which is the scale-up trigger, -> the replica's process started) is measured here: the replica
-cannot see it. Loopback targets only, so both clocks are this machine's."""
+the end, and reads the new replica's start-up moments from its /health. What happens before the
+replica's process exists only the outside sees: when Serve's controller started the replica (the
+dashboard's `start_time_s`) splits the time before the process into "scale_up_decision" (request
+sent at zero -> Serve starts the replica) and "scheduled" (-> its process exists; 0 for a worker
+Ray started beforehand). Loopback targets only, so every clock is this machine's."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from serving.engines.vllm_startup import startup_phases
 from serving.loadgen.args import UsageError, targets_of
 from serving.loadgen.client import (
     RequestOptions,
@@ -57,8 +60,10 @@ class ColdRun:
     waited_for_zero_s: float = 0.0
     ttft_s: float | None = None  # request sent at zero -> first token
     e2e_s: float | None = None  # request sent at zero -> last token
-    scheduled_s: float | None = None  # request sent -> the replica's process created
-    phases: dict[str, float] = field(default_factory=dict)  # the replica's /health startup_s
+    scale_up_decision_s: float | None = None  # request sent -> Serve started the replica
+    # The replica's /health startup_s, its named phases counted from Serve's start (scheduled
+    # included) where the dashboard gave it.
+    phases: dict[str, float] = field(default_factory=dict)
     replica: str = ""
     error: str = ""
 
@@ -91,10 +96,25 @@ def replica_count(deployment: dict[str, Any]) -> int:
     return len(deployment.get("replicas") or [])
 
 
-def scheduled_seconds(sent_at: float, startup_at: dict[str, Any]) -> float | None:
-    """Request sent (epoch) -> the replica's process created (its /health `startup_at`)."""
-    created = startup_at.get("process_created")
-    return None if created is None else round(float(created) - sent_at, 2)
+def serve_start_time(deployment: dict[str, Any], replica_id: str) -> float | None:
+    """When Serve's controller started the replica that answered (epoch seconds; the latest
+    one when the answer named none)."""
+    replicas = deployment.get("replicas") or []
+    named = [r for r in replicas if replica_id and r.get("replica_id") == replica_id]
+    times = [float(r["start_time_s"]) for r in named or replicas if r.get("start_time_s")]
+    return max(times) if times else None
+
+
+def seconds_between(start: float | None, end: Any) -> float | None:
+    return None if start is None or end is None else round(float(end) - start, 2)
+
+
+def replica_phases(health: dict[str, Any], serve_started: float | None) -> dict[str, float]:
+    """The replica's startup_s, with its named phases recounted from Serve's start of it."""
+    at = {name: float(value) for name, value in (health.get("startup_at") or {}).items()}
+    if serve_started is not None:
+        at["serve_started"] = serve_started
+    return {**(health.get("startup_s") or {}), **startup_phases(at)}
 
 
 def check_scales_to_zero(deployment: Deployment) -> None:
@@ -166,8 +186,11 @@ async def one_run(
         await client.close()
     fill_from_request(run, result)
     health = await read_health(http, plan.target)  # the replica that just started: the only one
-    run.phases = health.get("startup_s") or {}
-    run.scheduled_s = scheduled_seconds(sent_at, health.get("startup_at") or {})
+    started = None
+    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TargetError):
+        started = serve_start_time(await deployment_details(http, plan), run.replica)
+    run.scale_up_decision_s = seconds_between(sent_at, started)
+    run.phases = replica_phases(health, started)
     return run
 
 

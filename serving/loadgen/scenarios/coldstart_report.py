@@ -7,23 +7,25 @@ import statistics
 from dataclasses import asdict
 from typing import Any
 
-from serving.engines.vllm_startup import FIRST_REQUEST_SERVED, STARTUP_PHASES
+from serving.engines.vllm_startup import FIRST_REQUEST_SERVED, SCHEDULED, STARTUP_PHASES
 from serving.loadgen.report import Report
 from serving.loadgen.scenarios.autoscale import Deployment
 from serving.loadgen.scenarios.coldstart import ColdRun, ColdstartPlan
 
-# Table rows in order: the replica's phases between "scheduled" (measured by the bench) and the
-# client's own end-to-end figures.
+# Table rows in order: what the bench measures before the replica's process exists, the replica's
+# phases, the client's own end-to-end figures.
 ROWS = (
-    "scheduled",
+    "scale_up_decision",
+    SCHEDULED,
     *STARTUP_PHASES,
     FIRST_REQUEST_SERVED,
     "from_zero_to_first_token",
     "from_zero_to_end",
 )
 ROW_LABELS = {
-    "scheduled": "request sent -> replica process started",
-    FIRST_REQUEST_SERVED: "replica process started -> first token (sum of the phases)",
+    "scale_up_decision": "request sent at zero -> Serve starts a replica",
+    SCHEDULED: "Serve starts the replica -> its process exists",
+    FIRST_REQUEST_SERVED: "replica's process (or Serve's start, if later) -> first token",
     "from_zero_to_first_token": "client: request sent at zero -> first token",
     "from_zero_to_end": "client: request sent at zero -> last token",
 }
@@ -31,7 +33,7 @@ ROW_LABELS = {
 
 def run_figures(run: ColdRun) -> dict[str, float]:
     """One successful run's figures by row name (the phases it knows)."""
-    figures = {"scheduled": run.scheduled_s, **run.phases}
+    figures = {"scale_up_decision": run.scale_up_decision_s, **run.phases}
     figures |= {"from_zero_to_first_token": run.ttft_s, "from_zero_to_end": run.e2e_s}
     return {name: float(value) for name, value in figures.items() if value is not None}
 

@@ -67,6 +67,7 @@ def test_vllms_cpu_warm_up_lines_are_markers() -> None:
 def replica_moments() -> dict[str, float]:
     return {
         "process_created": 100.0,
+        "platform_imported": 100.5,
         "replica_init": 101.0,
         "engine_start": 101.5,
         "engine_process_up": 110.0,
@@ -83,8 +84,8 @@ def replica_moments() -> dict[str, float]:
 def test_named_phases_are_the_gaps_and_add_up_to_the_first_request() -> None:
     phases = startup.startup_phases(replica_moments())
     assert phases == {
-        "process_up": 1.0,
-        "imports": 9.0,
+        "process_up": 0.5,
+        "imports": 9.5,
         "weights_loaded": 1.0,
         "kv_cache_allocated": 1.5,  # 4 s from weights to engine ready, less 2.5 s of warm-up
         "warmup": 2.5,
@@ -98,9 +99,11 @@ def test_named_phases_are_the_gaps_and_add_up_to_the_first_request() -> None:
 
 def test_outside_a_replica_the_engines_own_ends_stand_in() -> None:
     moments = replica_moments()
-    for name in ("replica_init", "replica_ready", "first_token", "warmup_start", "warmup_done"):
+    dropped = ("platform_imported", "replica_init", "replica_ready", "first_token", "warmup_start")
+    for name in (*dropped, "warmup_done"):
         del moments[name]
     phases = startup.startup_phases(moments)
+    assert phases["process_up"] == 1.5  # process start -> engine start
     assert (phases["imports"], phases["kv_cache_allocated"], phases["replica_ready"]) == (
         8.5,
         4.0,
@@ -109,3 +112,13 @@ def test_outside_a_replica_the_engines_own_ends_stand_in() -> None:
     assert "first_token" not in phases and "warmup" not in phases
     assert "first_request_served" not in phases
     assert startup.startup_phases({}) == {}
+
+
+def test_with_serves_start_nothing_of_the_replica_counts_before_it() -> None:
+    moments = {**replica_moments(), "serve_started": 100.75}  # the process was started earlier
+    phases = startup.startup_phases(moments)
+    assert (phases["scheduled"], phases["process_up"], phases["imports"]) == (0.0, 0.0, 9.25)
+    assert phases["first_request_served"] == 16.5
+    assert sum(phases[name] for name in startup.STARTUP_PHASES) == phases["first_request_served"]
+    later = startup.startup_phases({**replica_moments(), "serve_started": 99.5})
+    assert (later["scheduled"], later["process_up"]) == (0.5, 0.5)
