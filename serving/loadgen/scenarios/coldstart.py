@@ -35,6 +35,7 @@ from serving.loadgen.scenarios.autoscale import Deployment, find_deployment, rea
 from serving.loadgen.workloads import RequestSpec
 
 POLL_S = 1.0
+LOCATE_TRIES = 30
 PROMPT = "Say hello in one short sentence."
 
 
@@ -132,8 +133,23 @@ def check_scales_to_zero(deployment: Deployment) -> None:
 async def deployment_details(http: httpx.AsyncClient, plan: ColdstartPlan) -> dict[str, Any]:
     body = await read_applications(http, plan.dashboard_url)
     found = find_deployment(body, urlparse(plan.target.base_url).path, plan.opts.model)
-    check_scales_to_zero(found)
     return body["applications"][found.application]["deployments"][found.name]
+
+
+async def locate(http: httpx.AsyncClient, plan: ColdstartPlan) -> Deployment:
+    """The target's deployment (the dashboard's Serve API answers 5xx for a while after a
+    deploy), checked to scale to zero."""
+    found = None
+    for _ in range(LOCATE_TRIES):
+        with contextlib.suppress(httpx.HTTPError, ValueError, TargetError):
+            body = await read_applications(http, plan.dashboard_url)
+            found = find_deployment(body, urlparse(plan.target.base_url).path, plan.opts.model)
+            break
+        await asyncio.sleep(POLL_S)
+    if found is None:
+        raise TargetError(f"Ray dashboard {plan.dashboard_url}: no Serve application serves it")
+    check_scales_to_zero(found)  # a UsageError (a ValueError): outside the retries
+    return found
 
 
 async def wait_for_zero(http: httpx.AsyncClient, plan: ColdstartPlan, deadline: float) -> bool:
@@ -162,6 +178,18 @@ def fill_from_request(run: ColdRun, result: RequestResult) -> None:
     run.ttft_s, run.e2e_s = round(result.ttft, 2), round(result.latency, 2)
 
 
+async def timed_request(plan: ColdstartPlan, deadline: float) -> tuple[float, RequestResult]:
+    """(when it was sent, epoch seconds; the streamed request's result), within the deadline."""
+    timeout_s = max(1.0, min(plan.opts.timeout_s, deadline - time.monotonic()))
+    opts = RequestOptions(plan.opts.model, "chat", timeout_s=timeout_s, api_key=plan.opts.api_key)
+    client = make_client(plan.target, opts)
+    try:
+        sent_at = time.time()
+        return sent_at, await send_request(client, opts, RequestSpec(PROMPT, plan.max_tokens))
+    finally:
+        await client.close()
+
+
 async def one_run(
     http: httpx.AsyncClient, plan: ColdstartPlan, index: int, deadline: float
 ) -> ColdRun:
@@ -172,18 +200,7 @@ async def one_run(
     if not at_zero:
         run.status = "never_at_zero"
         return run
-    opts = RequestOptions(
-        plan.opts.model,
-        "chat",
-        timeout_s=max(1.0, min(plan.opts.timeout_s, deadline - time.monotonic())),
-        api_key=plan.opts.api_key,
-    )
-    client = make_client(plan.target, opts)
-    try:
-        sent_at = time.time()
-        result = await send_request(client, opts, RequestSpec(PROMPT, plan.max_tokens))
-    finally:
-        await client.close()
+    sent_at, result = await timed_request(plan, deadline)
     fill_from_request(run, result)
     health = await read_health(http, plan.target)  # the replica that just started: the only one
     started = None
@@ -198,9 +215,7 @@ async def run_coldstart(plan: ColdstartPlan, log: Any = print) -> tuple[Deployme
     deadline = time.monotonic() + plan.budget_s
     runs: list[ColdRun] = []
     async with httpx.AsyncClient(timeout=10) as http:
-        body = await read_applications(http, plan.dashboard_url)
-        deployment = find_deployment(body, urlparse(plan.target.base_url).path, plan.opts.model)
-        check_scales_to_zero(deployment)
+        deployment = await locate(http, plan)
         for index in range(1, plan.runs + 1):
             if time.monotonic() >= deadline:
                 break

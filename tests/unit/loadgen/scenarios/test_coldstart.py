@@ -3,9 +3,12 @@ clocks, each phase's median and spread, the report and the command's options."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -177,3 +180,43 @@ def test_the_options_reach_the_scenario(monkeypatch: pytest.MonkeyPatch) -> None
         "tiny",
         90.0,
     )
+
+
+def dashboard(answers: list[list[dict]], min_replicas: int = 0) -> httpx.AsyncClient:
+    """A dashboard whose Serve API lists these replicas, one answer per read (the last repeats)."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        replicas = answers.pop(0) if len(answers) > 1 else answers[0]
+        config = {"autoscaling_config": {"min_replicas": min_replicas}}
+        deployment = {"replicas": replicas, "deployment_config": config}
+        app = {"route_prefix": "/", "deployments": {"VLLMServer": deployment}}
+        return httpx.Response(200, json={"applications": {"vllm": app}})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handle))
+
+
+def test_the_wait_ends_when_serve_lists_no_replica(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(coldstart, "POLL_S", 0.0)
+    answers = [[{"state": "RUNNING"}], [{"state": "STOPPING"}], []]
+
+    async def wait() -> tuple[Deployment, bool, list]:
+        async with dashboard(answers) as http:
+            found = await coldstart.locate(http, plan())
+            return (
+                found,
+                await coldstart.wait_for_zero(http, plan(), time.monotonic() + 60),
+                answers,
+            )
+
+    found, at_zero, left = asyncio.run(wait())
+    assert (found.application, found.name, at_zero) == ("vllm", "VLLMServer", True)
+    assert left == [[]]  # it read until the list was empty
+
+
+def test_a_deployment_that_keeps_a_replica_is_refused_before_any_run() -> None:
+    async def locate() -> Deployment:
+        async with dashboard([[]], min_replicas=1) as http:
+            return await coldstart.locate(http, plan())
+
+    with pytest.raises(UsageError, match="needs min_replicas 0"):
+        asyncio.run(locate())
