@@ -30,6 +30,7 @@ from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
+from serving.engines.vllm_sleep import sleep_when_idle
 from serving.engines.vllm_startup import startup_phases
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
@@ -97,6 +98,8 @@ class VLLMServer(EngineReplica):
             key_ring(self.config.auth),
             batch_app(batches, self.batch_models) if batches else None,
         )
+        if idle_s := self.config.vllm.engine.sleep_when_idle_s:  # a warm zero (GPU only)
+            self.sleeper = sleep_when_idle(self.openai_app, self.engine.llm, idle_s)
         self.batch_runner = self.start_batch_runner(batches, behind_router) if batches else None
         self.engine.startup_timings = {
             "resolve_model": round(resolved - started, 2),
