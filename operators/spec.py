@@ -377,6 +377,12 @@ class LLMServiceStatus(CamelModel):
     queue_depth: float | None = Field(
         None, alias="queueDepth", description="Requests queued or running across vLLM replicas."
     )
+    cold_models: list[str] | None = Field(
+        None,
+        alias="coldModels",
+        description="Models scaled to zero (no replica running): their next request is held "
+        "while a replica starts (a cold start).",
+    )
     endpoint: str | None = Field(None, description="In-cluster base URL of the OpenAI routes.")
     ray_service: str | None = Field(
         None, alias="rayService", description="Name of the owned RayService."

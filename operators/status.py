@@ -27,6 +27,9 @@ VLLM_APP = "vllm"
 # replica) and each replica's health, so one scrape of the head answers for the whole service.
 SERVE_TOTAL_REQUESTS = "ray_serve_autoscaling_total_requests"
 SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"
+# The autoscaler's decision, recorded at every control loop (unlike the replica gauge, which Ray
+# refreshes every 10 s and its agent drops between): 0 only for a deployment that may go to zero.
+SERVE_DESIRED_REPLICAS = "ray_serve_autoscaling_desired_replicas"
 ENGINE_QUEUE_DEPTH = f"ray_{QUEUE_DEPTH}"  # the engine's own waiting queue, per replica
 # Where the operator scrapes: KubeRay names the head's Service `<rayservice>-head-svc`; it
 # carries the head container's ports, Ray's metrics port among them.
@@ -43,6 +46,7 @@ Fetch = Callable[[str], str]
 class PlatformLoad:
     queue_depth: float | None
     replicas: int | None
+    cold_apps: tuple[str, ...] | None = None  # vLLM apps at zero replicas; None: not measured
 
 
 def endpoint_url(name: str, namespace: str, config: PlatformConfig) -> str:
@@ -86,7 +90,29 @@ def load_from_metrics(text: str, apps: tuple[str, ...] = (VLLM_APP,)) -> Platfor
     sums = _sums(text, apps)
     queue = sums.get(SERVE_TOTAL_REQUESTS, sums.get(ENGINE_QUEUE_DEPTH))
     replicas = sums.get(SERVE_REPLICA_HEALTHY)
-    return PlatformLoad(queue, None if replicas is None else int(replicas))
+    return PlatformLoad(queue, None if replicas is None else int(replicas), cold_apps(text, apps))
+
+
+def cold_apps(text: str, apps: tuple[str, ...]) -> tuple[str, ...]:
+    """The vLLM apps at zero: the autoscaler wants 0 replicas and no healthy one is reported."""
+    desired: dict[str, float] = {}
+    healthy: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            app = sample.labels.get("application")
+            if app not in apps:
+                continue
+            if sample.name == SERVE_DESIRED_REPLICAS:
+                desired[app] = desired.get(app, 0.0) + sample.value
+            elif sample.name == SERVE_REPLICA_HEALTHY:
+                healthy[app] = healthy.get(app, 0.0) + sample.value
+    return tuple(app for app in apps if desired.get(app) == 0 and not healthy.get(app))
+
+
+def model_of_app(config: PlatformConfig, app: str) -> str:
+    """The model name clients pass for a vLLM app (`vllm`, or `vllm-NAME` of `models`)."""
+    names = {entry.app_name: entry.name for entry in config.models}
+    return names.get(app, config.model.name)
 
 
 def live_replicas(text: str, apps: tuple[str, ...]) -> dict[str, int]:
@@ -185,6 +211,13 @@ def model_statuses(config: PlatformConfig, rayservice: dict[str, Any] | None) ->
     return found
 
 
+def cold_model_names(config: PlatformConfig, load: PlatformLoad | None) -> list[str] | None:
+    """Names of the models at zero replicas (their next request waits for a cold start)."""
+    if load is None or load.cold_apps is None:
+        return None
+    return [model_of_app(config, app) for app in load.cold_apps]
+
+
 def _cond(
     kind: ConditionType, on: bool, reason: str, message: str, now: str, generation: int | None
 ) -> Condition:
@@ -252,6 +285,7 @@ def observed_status(
         models=models or None,
         models_ready=f"{ready_models}/{len(models)}" if models else None,
         observed_replicas=load.replicas if load else None,
+        cold_models=cold_model_names(spec.platform, load),
         queue_depth=load.queue_depth if load else None,
         endpoint=endpoint_url(name, namespace, spec.platform),
         ray_service=name,
@@ -261,7 +295,7 @@ def observed_status(
     if models:  # each entry without unset fields: the list is replaced whole by a merge patch
         status["models"] = [m.model_dump(by_alias=True, exclude_none=True) for m in models]
     if load is None:  # not measured this time (a spec change): leave the last numbers alone
-        del status["observedReplicas"], status["queueDepth"]
+        del status["observedReplicas"], status["queueDepth"], status["coldModels"]
     status["conditions"] = merge_conditions(old_conditions, conditions)
     return status
 

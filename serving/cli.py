@@ -230,15 +230,27 @@ def status(as_json: bool) -> None:
         apps = local.serve_status()
     except ConnectionError as err:
         raise local.PlatformError(f"cannot reach the local Ray cluster: {err}") from None
-    engines = {app: local.engine_health(url) for app, url in local.engine_health_urls(ep).items()}
+    cold = cold_apps(apps)
+    # A cold app's /health would be held until a replica starts (and start one): not asked.
+    engines = {
+        app: COLD_ENGINE if app in cold else local.engine_health(url)
+        for app, url in local.engine_health_urls(ep).items()
+    }
     if "models" in engines.get("vllm", {}):  # the models endpoint: each model's app's health
         engines |= {f"vllm-{name}": h for name, h in engines.pop("vllm")["models"].items()}
     caches = local.prefix_caches(ep.metrics_url)
     if as_json:
-        click.echo(json.dumps({"apps": apps, "engines": engines, "prefix_cache": caches}, indent=2))
+        document: dict[str, Any] = {
+            "apps": apps,
+            "cold": cold,
+            "engines": engines,
+            "prefix_cache": caches,
+        }
+        click.echo(json.dumps(document, indent=2))
         return
     for name, app in apps.items():
-        click.echo(f"{name}: {app['status']}")
+        at_zero = " (cold: no replica running; the next request starts one)" if name in cold else ""
+        click.echo(f"{name}: {app['status']}{at_zero}")
         for dname, dep in app["deployments"].items():
             replicas = ", ".join(f"{k}={v}" for k, v in dep["replicas"].items())
             click.echo(f"  {dname}: {dep['status']} ({replicas})")
@@ -252,6 +264,21 @@ def status(as_json: bool) -> None:
             f"{row['queries']:.0f}"
         )
     click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}  metrics {ep.metrics_url}")
+
+
+ENGINE_DEPLOYMENT = "VLLMServer"
+COLD_ENGINE: dict[str, Any] = {"status": "cold", "running": 0, "waiting": 0}
+
+
+def cold_apps(apps: dict[str, Any]) -> list[str]:
+    """The vLLM apps (a single model's, or each model's of `models`) whose engine deployment
+    runs no replica now: scaled to zero, its next request waits for a cold start."""
+    return sorted(
+        name
+        for name, app in apps.items()
+        if ENGINE_DEPLOYMENT in app["deployments"]
+        and not app["deployments"][ENGINE_DEPLOYMENT]["replicas"].get("RUNNING")
+    )
 
 
 def format_engine(health: dict) -> str:

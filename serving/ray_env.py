@@ -14,10 +14,12 @@ from serving.replica_config import AutoscalingSettings
 # Environment of every Ray process whatever the config (the chart reads it from its generated
 # tables): metrics reach Prometheus every 2 s instead of Ray's 10 s, and a replica killed by
 # SIGKILL (OOM killer, crash), which cannot stop vLLM's engine-core child itself, has it killed by
-# the raylet (made subreaper), which frees its memory.
+# the raylet (made subreaper), which frees its memory. Serve's proxy answers its own refusals (a
+# full queue, e.g. at zero replicas) in the OpenAI error shape (serving.api.proxy_errors).
 RAY_STATIC_ENV = {
     "RAY_metrics_report_interval_ms": "2000",
     "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
+    "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "serving.api.proxy_errors:middlewares",
 }
 # The request deadline starts when a replica takes the request; before that it may wait in
 # Serve's queue and its body may still be arriving, and after it the replica aborts the engine

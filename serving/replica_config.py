@@ -193,6 +193,15 @@ class BackpressureSettings(StrictModel):
     )
     status_code: Literal[503, 429] = Field(503, description="Status of a refused request.")
     retry_after_s: float = Field(1.0, ge=0, description="The Retry-After header of a refusal.")
+    max_queue_wait_s: float | None = Field(
+        300.0,
+        gt=0,
+        description="Longest a request waits for a replica slot, e.g. while a deployment at zero "
+        "starts its first replica (a cold start: minutes on a GPU node that must be added), "
+        "then a refusal with status_code and Retry-After. Held by the model router (`models`); "
+        "Serve's proxy, which holds a single-model app's requests at zero, has no such limit "
+        "(only max_queued_requests bounds it there). None: no limit.",
+    )
 
     def serve_options(self) -> dict[str, Any]:
         from ray.serve.config import BackpressureConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,14 @@ FORWARDED_SCOPE_KEYS = (
     "server",
     "client",
 )
+
+# Models whose deployment runs no replica now (scaled to zero).
+ColdModels = Callable[[], Awaitable[set[str]]]
+
+
+async def _none_cold() -> set[str]:
+    return set()
+
 
 # Sends one request's ASGI messages to a model's deployment (with what its request router may
 # use to pick a replica), yielding the response messages.
@@ -196,6 +204,8 @@ class ModelDispatch:
         adapter_cards: list[dict[str, Any]] | None = None,
         runtime: RuntimeAdapters | None = None,
         replica_lost: Callable[[Exception], bool] = lambda err: False,
+        cold_models: ColdModels = _none_cold,
+        cold_card: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self.routes = routes
         self.runtime = runtime  # adapters loaded through the API, when a model allows them
@@ -205,6 +215,10 @@ class ModelDispatch:
         self.forward = forward
         self.on_backpressure = on_backpressure
         self.replica_lost = replica_lost  # the replica died: the request may go to another
+        # A model at zero is listed and reported, not asked (that would start a replica): its
+        # card comes from the config.
+        self.cold_models = cold_models
+        self.cold_card = cold_card or (lambda name: {"id": name, "object": "model"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -294,14 +308,16 @@ class ModelDispatch:
             return 503, json.dumps(error_body(error.message, 503, code=error.code)).encode()
         return status, b"".join(chunks)
 
-    async def each_model(self, scope: Scope) -> dict[str, tuple[int, bytes]]:
-        models = sorted({route.model for route in self.routes.values()})
+    async def each_model(self, scope: Scope, cold: set[str]) -> dict[str, tuple[int, bytes]]:
+        """Each model's answer to a small GET, but a cold model's (it would wake up)."""
+        models = sorted({route.model for route in self.routes.values()} - cold)
         answers = await asyncio.gather(*(self.collect(model, scope) for model in models))
         return dict(zip(models, answers, strict=True))
 
     async def list_models(self, scope: Scope, send: Send) -> None:
         """vLLM's model cards of every deployment (base models and their adapters, with parent)."""
-        answers = await self.each_model(scope)
+        cold = await self.cold_models()
+        answers = await self.each_model(scope, cold)
         failed = [(status, body) for status, body in answers.values() if status != 200]
         if failed:  # e.g. 401: every deployment checks keys alike
             status, body = failed[0]
@@ -311,19 +327,30 @@ class ModelDispatch:
             # Only the base models' cards of the replicas (their `root` a server path: the name
             # instead), then the adapters the router serves (a replica may still hold one unloaded
             # here, and vLLM's adapter card shows the path it loaded).
-            bases = [card | {"root": card["id"]} for card in cards if card.get("parent") is None]
+            bases = [
+                card | {"root": card["id"], "cold": False}
+                for card in cards
+                if card.get("parent") is None
+            ]
+            bases += [self.cold_card(name) | {"cold": True} for name in sorted(cold)]
             ours = self.adapter_cards + (self.runtime.cards if self.runtime else [])
             cards = bases + ours
             response = JSONResponse({"object": "list", "data": cards})
         await response(scope, _no_body, send)
 
     async def health(self, scope: Scope, send: Send) -> None:
-        """Healthy when every model's deployment is; the body holds each one's health."""
-        answers = await self.each_model(scope)
+        """Healthy when every model's deployment is; the body holds each one's health (a cold
+        model's: `{"status": "cold"}`, healthy: its next request starts a replica)."""
+        cold = await self.cold_models()
+        answers = await self.each_model(scope, cold)
         healthy = all(status == 200 for status, _ in answers.values())
         body = {name: _json_or_text(text) for name, (_, text) in answers.items()}
+        body |= {name: COLD_HEALTH for name in cold}
         response = JSONResponse({"models": body}, status_code=200 if healthy else 503)
         await response(scope, _no_body, send)
+
+
+COLD_HEALTH = {"status": "cold", "running": 0, "waiting": 0}
 
 
 def _json_or_text(body: bytes) -> Any:

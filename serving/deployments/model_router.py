@@ -4,6 +4,7 @@ model's for an adapter) through a Serve handle; every route of vLLM's app, strea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from ray.serve.exceptions import BackPressureError
 from starlette.types import ASGIApp, Message
 
 from serving import apps as registry
+from serving.api import cold_start
 from serving.api.auth import APIKeyAuth, KeyRing, key_ring
 from serving.api.batch_api import BatchRoutes, batch_app
 from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes, replica_failed
@@ -22,8 +24,11 @@ from serving.api.limits import BodySizeLimit
 from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
 from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.ray_env import drain_deadline_s
+from serving.replica_config import BackpressureSettings
 from serving.routing import RoutingHint
 from serving.state.batches import open_batches
+
+VLLM_DEPLOYMENT = "VLLMServer"  # each model's engine deployment (serving.deployments.vllm_server)
 
 
 def replica_lost(err: Exception) -> bool:
@@ -43,15 +48,39 @@ def check_runtime_adapter_keys(config: PlatformConfig, keys: KeyRing) -> None:
         )
 
 
-def backpressure_error(config: PlatformConfig, route: Route) -> APIError:
-    """What Serve's HTTP path answers when a deployment's queue is full, for this model."""
-    settings = next(m for m in config.models if m.name == route.model).backpressure
-    return APIError(
-        f"model {route.model} is at capacity (backpressure); retry after "
-        f"{settings.retry_after_s:g} s",
-        status=settings.status_code,
-        headers={"Retry-After": f"{settings.retry_after_s:g}"},
+def backpressure_settings(config: PlatformConfig, model: str) -> BackpressureSettings:
+    return next(m for m in config.models if m.name == model).backpressure
+
+
+def backpressure_error(config: PlatformConfig, route: Route, err: Exception) -> APIError:
+    """A full queue or a wait over max_queue_wait_s, for this model: its status, Retry-After."""
+    settings = backpressure_settings(config, route.model)
+    return cold_start.refusal(route.model, settings.status_code, settings.retry_after_s, err)
+
+
+def config_card(config: PlatformConfig, name: str) -> dict[str, Any]:
+    """vLLM's model card of a model as the config gives it, for a model at zero (asking its
+    deployment would start a replica). vLLM is imported here, not when the router starts."""
+    from vllm.entrypoints.serve.engine.protocol import ModelCard, ModelPermission
+
+    entry = next(m for m in config.models if m.name == name)
+    card = ModelCard(
+        id=name, root=name, max_model_len=entry.model.max_model_len, permission=[ModelPermission()]
     )
+    return card.model_dump(mode="json")
+
+
+def running_replicas(status: Any, apps: dict[str, str]) -> dict[str, int]:
+    """Running VLLMServer replicas of each model (`apps`: model -> its Serve app), from
+    `serve.status()`; a model whose app Serve does not report is left out (not known)."""
+    counts = {}
+    for model, app_name in apps.items():
+        app = status.applications.get(app_name)
+        deployment = app.deployments.get(VLLM_DEPLOYMENT) if app else None
+        if deployment is not None:
+            states = {getattr(s, "value", s): n for s, n in deployment.replica_states.items()}
+            counts[model] = states.get("RUNNING", 0)
+    return counts
 
 
 def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
@@ -75,7 +104,7 @@ class ModelRouter:
         routes = model_routes({m.name: [a.name for a in m.adapters] for m in self.config.models})
         # Serve's gRPC path between replicas (not Ray object refs): measured as fast as plain vLLM.
         self.models = {
-            entry.name: serve.get_deployment_handle("VLLMServer", entry.app_name).options(
+            entry.name: serve.get_deployment_handle(VLLM_DEPLOYMENT, entry.app_name).options(
                 stream=True, method_name="asgi_call", _by_reference=False
             )
             for entry in self.config.models
@@ -95,6 +124,8 @@ class ModelRouter:
             adapter_cards(self.config),
             self.runtime,
             replica_lost,
+            self.cold_models,
+            lambda name: config_card(self.config, name),
         )
         app: ASGIApp = BodySizeLimit(dispatch, self.config.limits.max_body_bytes)
         if self.config.state.batch.enabled:
@@ -110,6 +141,16 @@ class ModelRouter:
     def __serve_build_asgi_app__(self) -> ASGIApp:
         return self.asgi
 
+    async def cold_models(self) -> set[str]:
+        """Models at zero running replicas now, from Serve's controller; none when it cannot be
+        asked (the models are then asked themselves, as before)."""
+        apps = {entry.name: entry.app_name for entry in self.config.models}
+        try:
+            status = await asyncio.to_thread(serve.status)
+        except Exception:  # noqa: BLE001 - a status read failing must not fail /v1/models
+            return set()
+        return {model for model, n in running_replicas(status, apps).items() if n == 0}
+
     def handle(self, route: Route) -> Any:
         return self.models[route.model].options(multiplexed_model_id=route.adapter or "")
 
@@ -117,11 +158,14 @@ class ModelRouter:
         handle = self.handles.get(route) or self.handle(route)
         # A runtime adapter's path goes along: any replica may be the first to load it.
         path = self.runtime.paths.get(route.adapter) if self.runtime and route.adapter else None
+        wait_s = backpressure_settings(self.config, route.model).max_queue_wait_s
 
         def send(
             scope: dict[str, Any], body: bytes, hint: RoutingHint
         ) -> AsyncIterator[list[Message]]:
-            return handle.remote(scope, body, hint, path)
+            # Held in Serve's queue while the model has no free replica (at zero: while one
+            # starts), up to max_queued_requests requests for up to max_queue_wait_s.
+            return cold_start.held(handle.remote(scope, body, hint, path), wait_s)
 
         return send
 
@@ -131,13 +175,14 @@ class ModelRouter:
         await handle.remote(route.adapter, path)
 
     def refusal(self, route: Route, err: Exception) -> APIError | None:
-        """A full queue: the model's backpressure answer; a lost replica: 503 with its Retry-After."""
-        if isinstance(err, BackPressureError):
-            return backpressure_error(self.config, route)
+        """A full queue or a wait over the limit: the model's backpressure answer; a lost
+        replica: 503 with its Retry-After."""
+        if isinstance(err, (BackPressureError, cold_start.QueueWaitExceeded)):
+            return backpressure_error(self.config, route, err)
         if not replica_lost(err):
             return None
         error = replica_failed(route, err)
-        retry_after = backpressure_error(self.config, route).headers
+        retry_after = backpressure_error(self.config, route, err).headers
         return APIError(error.message, status=503, code=error.code, headers=retry_after)
 
 

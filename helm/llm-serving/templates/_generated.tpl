@@ -104,7 +104,8 @@
 {{- define "llm-serving.rayStaticEnv" -}}
 {
   "RAY_metrics_report_interval_ms": "2000",
-  "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"
+  "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
+  "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "serving.api.proxy_errors:middlewares"
 }
 {{- end -}}
 

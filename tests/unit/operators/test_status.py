@@ -34,7 +34,7 @@ ray_llm_serving_queue_depth{engine="vllm",model="m",deployment="VLLMServer"} 2.0
 
 
 def test_load_prefers_serves_view_and_counts_healthy_replicas() -> None:
-    assert status.load_from_metrics(METRICS) == status.PlatformLoad(queue_depth=7.0, replicas=1)
+    assert status.load_from_metrics(METRICS) == status.PlatformLoad(7.0, 1, cold_apps=())
     engine_only = "\n".join(
         line for line in METRICS.splitlines() if "serve_autoscaling" not in line
     )
