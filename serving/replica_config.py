@@ -56,6 +56,14 @@ class VLLMEngineConfig(StrictModel):
         "driven by one thread; no second torch + vLLM import, so a new replica serves sooner "
         "(faster scale-up), at some decode throughput.",
     )
+    standby_worker_s: int = Field(
+        86400,
+        ge=0,
+        description="Each replica leaves one idle Ray worker on its node that has already "
+        "imported torch and vLLM, kept this long, so the next replica there (a scale-up, a start "
+        "from zero, a replacement) skips those imports. It holds the imported modules' memory "
+        "while idle. 0: none, every replica imports them when it starts.",
+    )
     sleep_when_idle_s: float | None = Field(
         None,
         gt=0,

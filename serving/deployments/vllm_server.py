@@ -28,6 +28,7 @@ from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import ConfigError, PlatformConfig, parse_config
 from serving.deployments.replica import EngineReplica, replica_actor_options
+from serving.engines.standby import leave_standby, standby_env
 from serving.engines.vllm import VLLMEngine, vllm_env
 from serving.engines.vllm_lora import AdapterLoadError, ReplicaAdapters
 from serving.engines.vllm_sleep import sleep_when_idle
@@ -115,6 +116,8 @@ class VLLMServer(EngineReplica):
         )
         self.metrics.record_startup(startup_phases(self.engine.startup_at))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
+        if keep_s := self.config.vllm.engine.standby_worker_s:  # for the next replica here
+            self._standby = asyncio.create_task(leave_standby(keep_s))
 
     def batch_models(self) -> tuple[set[str], str, set[str] | None]:
         """The names a batch line may ask for here, the default one, those that embed."""
@@ -228,6 +231,12 @@ class ModelEntry:
         self.server = server
 
 
+def replica_env(config: PlatformConfig) -> dict[str, str]:
+    """The replica's runtime-env variables: vLLM's, and the standby worker's import hook."""
+    standby = standby_env() if config.vllm.engine.standby_worker_s else {}
+    return vllm_env(config) | standby
+
+
 def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Application:
     deployment = config.vllm
     if deployment.runtime_adapters and not behind_router:
@@ -238,7 +247,7 @@ def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Appli
         )
     server = VLLMServer.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
         **deployment.replica_options(drain_deadline_s(config)),
-        ray_actor_options=replica_actor_options(deployment.resources, vllm_env(config)),
+        ray_actor_options=replica_actor_options(deployment.resources, replica_env(config)),
     ).bind(config.model_dump(mode="json"), behind_router)
     if behind_router:
         return ModelEntry.bind(server)  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
