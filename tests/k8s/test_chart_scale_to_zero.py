@@ -145,3 +145,32 @@ def test_without_a_claim_vllm_keeps_its_own_cache_path() -> None:
     """An emptyDir dies with its pod: nothing to reuse, so vLLM's default (~/.cache/vllm)."""
     for env in vllm_env(rendered("default").one("RayService")):
         assert "VLLM_CACHE_ROOT" not in env
+
+
+def chart_refusal(values: Doc) -> str:
+    with pytest.raises(k8s_render.RenderError) as err:
+        k8s_render.render_templates(values)
+    return str(err.value)
+
+
+def test_sleep_mode_on_the_cpu_is_refused_at_install() -> None:
+    """As PlatformConfig refuses it: the chart fails now, not the replica at its start."""
+    engine = {"sleep_when_idle_s": 300}
+    cpu = {"platform": {"vllm": {"resources": {"accelerator": "cpu"}, "engine": engine}}}
+    assert "platform.vllm.engine.sleep_when_idle_s: vLLM's sleep mode needs a GPU" in (
+        chart_refusal(cpu)
+    )
+    inprocess = {"platform": {"vllm": {"engine": engine | {"engine_core": "inprocess"}}}}
+    assert "needs engine_core: process" in chart_refusal(inprocess)
+
+
+def test_sleep_mode_on_a_gpu_model_reaches_its_app() -> None:
+    values = values_of("multi-model")
+    values["platform"]["models"][0]["engine"]["sleep_when_idle_s"] = 300
+    serve = yaml.safe_load(rayservice(k8s_render.render_documents(values))["spec"]["serveConfigV2"])
+    (qwen,) = [app for app in serve["applications"] if app["name"] == "vllm-qwen"]
+    assert qwen["args"]["vllm"]["engine"]["sleep_when_idle_s"] == 300
+    on_cpu = values_of("multi-model")
+    on_cpu["platform"]["models"][1] |= {"resources": {"accelerator": "cpu"}}
+    on_cpu["platform"]["models"][1]["engine"] = {"sleep_when_idle_s": 300}
+    assert "platform.models (smollm2).engine.sleep_when_idle_s" in chart_refusal(on_cpu)

@@ -15,6 +15,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- $messages = append $messages (include "llm-serving.validate.groupBounds" (dict "key" $key "root" $)) -}}
 {{- end -}}
 {{- $messages = append $messages (include "llm-serving.validate.gpuCapacity" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.sleepMode" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.inlineKeys" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.state" .) -}}
@@ -165,6 +166,23 @@ min_replicas, 0 for an app that may scale to zero; num_replicas of an app withou
 {{/* GPUs the Serve apps may ask for at most (operators: serving.k8s.gpu_workers.gpu_demand). */}}
 {{- define "llm-serving.gpuDemand" -}}
 {{- include "llm-serving.gpuReplicas" (dict "root" . "bound" "most") -}}
+{{- end -}}
+
+{{/* VLLMEngineConfig's sleep rules (serving/replica_config.py): vLLM sleeps on a GPU only, and
+only with its engine core in a process of its own. */}}
+{{- define "llm-serving.validate.sleepMode" -}}
+{{- $problems := list -}}
+{{- range $d := include "llm-serving.vllmDeployments" . | fromYamlArray -}}
+{{- $where := ternary (printf "platform.models (%s)" (dig "name" "" $d)) "platform.vllm" (hasKey $d "name") -}}
+{{- if not (kindIs "invalid" (dig "engine" "sleep_when_idle_s" nil $d)) -}}
+{{- if ne (dig "resources" "accelerator" "cpu" $d) "gpu" -}}
+{{- $problems = append $problems (printf "%s.engine.sleep_when_idle_s: vLLM's sleep mode needs a GPU (CUDA or ROCm), but resources.accelerator is cpu; unset sleep_when_idle_s, or run on a GPU." $where) -}}
+{{- else if eq (dig "engine" "engine_core" "process" $d) "inprocess" -}}
+{{- $problems = append $problems (printf "%s.engine.sleep_when_idle_s needs engine_core: process (the in-process engine core has no sleep mode)." $where) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "\n- " $problems -}}
 {{- end -}}
 
 {{- define "llm-serving.validate.gpuCapacity" -}}
