@@ -220,3 +220,15 @@ def test_a_deployment_that_keeps_a_replica_is_refused_before_any_run() -> None:
 
     with pytest.raises(UsageError, match="needs min_replicas 0"):
         asyncio.run(locate())
+
+
+@pytest.mark.parametrize(
+    ("name", "engine_core"),
+    [("bench-coldstart.yaml", "process"), ("bench-coldstart-inprocess.yaml", "inprocess")],
+)
+def test_the_benchs_configs_scale_to_zero(name: str, engine_core: str) -> None:
+    from serving.config import load_config
+
+    config = load_config(Path(coldstart.__file__).parents[2] / name)
+    assert config.vllm.autoscaling is not None and config.vllm.autoscaling.min_replicas == 0
+    assert config.vllm.engine.engine_core == engine_core
