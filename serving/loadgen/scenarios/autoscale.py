@@ -28,6 +28,7 @@ from serving.loadgen.client import (
     make_client,
     send_request,
 )
+from serving.loadgen.replica_startup import replica_phases, serve_start_before
 from serving.loadgen.report import Report
 from serving.loadgen.scenarios.autoscale_timeline import (
     ReplicaSample,
@@ -262,15 +263,25 @@ async def stop_when_scaled(plan: AutoscalePlan, run: Run, stop: asyncio.Event, t
         await asyncio.sleep(REPLICA_POLL_S)
 
 
-async def read_startup(http: httpx.AsyncClient, target: Target) -> list[dict[str, float]]:
-    """Start-up phases of the replicas /health reached (deduplicated)."""
-    seen: list[dict[str, float]] = []
+async def read_startup(http: httpx.AsyncClient, plan: AutoscalePlan, run: Run) -> None:
+    """Start-up phases of the replicas /health reached (one each), counted from Serve's start of
+    each replica where the dashboard gives it."""
+    seen: dict[Any, dict[str, Any]] = {}
     for _ in range(STARTUP_PROBES):
         with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
-            startup = (await http.get(f"{target.origin}/health")).json().get("startup_s")
-            if startup and startup not in seen:
-                seen.append(startup)
-    return seen
+            health = (await http.get(f"{plan.target.origin}/health")).json()
+            if health.get("startup_s"):
+                key = (health.get("startup_at") or {}).get("process_created") or str(health)
+                seen.setdefault(key, health)
+    starts: list[float] = []
+    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+        body = await read_applications(http, plan.dashboard_url)
+        dep = run.deployment
+        replicas = body["applications"][dep.application]["deployments"][dep.name]["replicas"]
+        starts = [float(r["start_time_s"]) for r in replicas if r.get("start_time_s")]
+    run.startup_s = [
+        replica_phases(health, serve_start_before(starts, health)) for health in seen.values()
+    ]
 
 
 async def wait_for_one_replica(plan: AutoscalePlan, run: Run) -> None:
@@ -300,7 +311,7 @@ async def run_autoscale(plan: AutoscalePlan) -> Run:
             stop.set()
             await watcher
             if second_replica_serving_at(run.replicas) is not None:
-                run.startup_s = await read_startup(http, plan.target)
+                await read_startup(http, plan, run)
             await wait_for_one_replica(plan, run)
         finally:
             for task in (*pollers, watcher):

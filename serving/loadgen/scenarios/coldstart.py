@@ -19,7 +19,6 @@ from urllib.parse import urlparse
 
 import httpx
 
-from serving.engines.vllm_startup import startup_phases
 from serving.loadgen.args import UsageError, targets_of
 from serving.loadgen.client import (
     RequestOptions,
@@ -30,6 +29,7 @@ from serving.loadgen.client import (
     send_request,
     served_models,
 )
+from serving.loadgen.replica_startup import replica_phases, serve_start_time
 from serving.loadgen.report import Report
 from serving.loadgen.scenarios.autoscale import Deployment, find_deployment, read_applications
 from serving.loadgen.workloads import RequestSpec
@@ -97,25 +97,8 @@ def replica_count(deployment: dict[str, Any]) -> int:
     return len(deployment.get("replicas") or [])
 
 
-def serve_start_time(deployment: dict[str, Any], replica_id: str) -> float | None:
-    """When Serve's controller started the replica that answered (epoch seconds; the latest
-    one when the answer named none)."""
-    replicas = deployment.get("replicas") or []
-    named = [r for r in replicas if replica_id and r.get("replica_id") == replica_id]
-    times = [float(r["start_time_s"]) for r in named or replicas if r.get("start_time_s")]
-    return max(times) if times else None
-
-
 def seconds_between(start: float | None, end: Any) -> float | None:
     return None if start is None or end is None else round(float(end) - start, 2)
-
-
-def replica_phases(health: dict[str, Any], serve_started: float | None) -> dict[str, float]:
-    """The replica's startup_s, with its named phases recounted from Serve's start of it."""
-    at = {name: float(value) for name, value in (health.get("startup_at") or {}).items()}
-    if serve_started is not None:
-        at["serve_started"] = serve_started
-    return {**(health.get("startup_s") or {}), **startup_phases(at)}
 
 
 def check_scales_to_zero(deployment: Deployment) -> None:

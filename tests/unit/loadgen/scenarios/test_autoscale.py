@@ -256,3 +256,40 @@ def test_a_replicas_start_up_lists_the_named_phases_first() -> None:
         "process_up 1.0 s, imports 9.0 s, first_request_served 30.0 s; details: import_vllm 7.0 s"
     )
     assert autoscale_report.startup_text({"import_vllm": 7.0}) == "details: import_vllm 7.0 s"
+
+
+def test_each_replica_reached_is_reported_once_counted_from_serves_start() -> None:
+    import asyncio
+
+    import httpx
+
+    healths = [
+        {"startup_s": {"import_vllm": 1.0}, "startup_at": {"process_created": t, "replica_init": i}}
+        for t, i in ((100.0, 105.0), (150.0, 205.0))  # the second: a worker Ray started early
+    ]
+    reads = iter(healths * 4)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/health"):
+            return httpx.Response(200, json=next(reads))
+        replicas = [{"start_time_s": 99.0}, {"start_time_s": 200.0}, {"start_time_s": 0}]
+        apps = {"autoscale": {"deployments": {"VLLMServer": {"replicas": replicas}}}}
+        return httpx.Response(200, json={"applications": apps})
+
+    plan = autoscale.AutoscalePlan(
+        target=Target("t", "http://127.0.0.1:1/autoscale/v1"),
+        dashboard_url="http://127.0.0.1:2",
+        queue_source=None,
+        opts=RequestOptions("m"),
+        specs=[],
+        concurrency=4,
+    )
+    run = autoscale.Run(autoscale.Deployment("autoscale", "VLLMServer", {"max_replicas": 2}))
+
+    async def read() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as http:
+            await autoscale.read_startup(http, plan, run)
+
+    asyncio.run(read())
+    assert [(s["scheduled"], s["process_up"]) for s in run.startup_s] == [(1.0, 5.0), (0.0, 5.0)]
+    assert all(s["import_vllm"] == 1.0 for s in run.startup_s)

@@ -36,44 +36,10 @@ def test_zero_means_no_replica_in_any_state() -> None:
     assert coldstart.replica_count({"replicas": [{"state": "STOPPING"}]}) == 1
 
 
-def test_serves_start_of_the_replica_that_answered_splits_the_time_before_its_process() -> None:
-    deployment = {
-        "replicas": [
-            {"replica_id": "old", "start_time_s": 990.0},
-            {"replica_id": "new", "start_time_s": 1000.5},
-            {"replica_id": "starting", "start_time_s": 0},  # Serve's value before it starts one
-        ]
-    }
-    assert coldstart.serve_start_time(deployment, "new") == 1000.5
-    assert coldstart.serve_start_time(deployment, "old") == 990.0
-    assert coldstart.serve_start_time(deployment, "") == 1000.5  # no header: the latest
-    assert coldstart.serve_start_time({"replicas": []}, "new") is None
-    assert coldstart.seconds_between(1000.0, 1000.5) == 0.5  # the scale-up decision
+def test_the_scale_up_decision_runs_from_the_request_to_serves_start() -> None:
+    assert coldstart.seconds_between(1000.0, 1000.5) == 0.5
     assert coldstart.seconds_between(None, 1001.0) is None
     assert coldstart.seconds_between(1000.0, None) is None
-
-
-def health(process_created: float) -> dict:
-    at = {"process_created": process_created, "platform_imported": 1003.0, "first_token": 1010.0}
-    return {"startup_s": {"import_vllm": 0.5, "process_up": 99.0}, "startup_at": at}
-
-
-def test_the_replicas_phases_count_from_serves_start_of_it() -> None:
-    phases = coldstart.replica_phases(health(1001.25), 1000.5)
-    assert phases == {
-        "import_vllm": 0.5,  # the engine's own timings pass through
-        "scheduled": 0.75,
-        "process_up": 1.75,  # recounted from the moments
-        "first_request_served": 8.75,
-    }
-
-
-def test_a_worker_ray_started_beforehand_was_scheduled_at_once() -> None:
-    phases = coldstart.replica_phases(health(900.0), 1000.5)  # the process waited 100 s
-    assert (phases["scheduled"], phases["process_up"]) == (0.0, 2.5)
-    assert phases["first_request_served"] == 9.5
-    # without Serve's start the replica's own view: the wait counts as process_up
-    assert coldstart.replica_phases(health(900.0), None)["process_up"] == 103.0
 
 
 def test_a_deployment_that_cannot_reach_zero_is_refused() -> None:
