@@ -117,7 +117,7 @@ class VLLMServer(EngineReplica):
         self.metrics.record_startup(startup_phases(self.engine.startup_at))
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
         if keep_s := self.config.vllm.engine.standby_worker_s:  # for the next replica here
-            self._standby = asyncio.create_task(leave_standby(keep_s))
+            self._standby = asyncio.create_task(leave_standby(keep_s, self.engine.in_flight))
 
     def batch_models(self) -> tuple[set[str], str, set[str] | None]:
         """The names a batch line may ask for here, the default one, those that embed."""

@@ -17,7 +17,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -113,9 +113,16 @@ def prestart_standby(keep_alive_s: int) -> None:
     node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=10)
 
 
-async def leave_standby(keep_alive_s: int) -> None:
-    """prestart_standby from a replica's event loop; a refusal costs the next replica its
-    imports only, so it is logged, not raised."""
+async def leave_standby(
+    keep_alive_s: int, in_flight: Callable[[], int], settle_s: float = 5.0, poll_s: float = 1.0
+) -> None:
+    """prestart_standby from a replica's event loop, once its engine is idle (`in_flight`: 0): the standby's
+    imports take a core for seconds, which the requests that woke the replica (a start from zero
+    serves them first) would otherwise share; `settle_s` lets those requests arrive. A refusal
+    costs the next replica its imports only, so it is logged, not raised."""
+    await asyncio.sleep(settle_s)
+    while in_flight():
+        await asyncio.sleep(poll_s)
     try:
         await asyncio.to_thread(record_replica_modules, modules_file())
         await asyncio.to_thread(prestart_standby, keep_alive_s)

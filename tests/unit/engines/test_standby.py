@@ -68,3 +68,34 @@ def test_every_replica_module_exists() -> None:
 
     missing = [m for m in standby.REPLICA_MODULES if importlib.util.find_spec(m) is None]
     assert missing == []
+
+
+async def test_the_standby_is_asked_for_once_the_engine_is_idle(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The standby's imports would share the cores with the requests that woke the replica."""
+    asked: list[tuple[int, int]] = []
+    in_flight = iter([2, 1, 0])  # the engine drains its first requests
+    seen: list[int] = []
+
+    def count() -> int:
+        seen.append(next(in_flight))
+        return seen[-1]
+
+    monkeypatch.setattr(standby, "modules_file", lambda: tmp_path / standby.MODULES_FILE)
+    monkeypatch.setattr(standby, "prestart_standby", lambda keep: asked.append((keep, seen[-1])))
+    await standby.leave_standby(600, count, settle_s=0, poll_s=0)
+    assert asked == [(600, 0)]  # asked once, after the engine reported none in flight
+    assert (tmp_path / standby.MODULES_FILE).read_text().count("\n") > 100  # what it imported
+
+
+async def test_a_refused_standby_is_logged_not_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    def refuse(keep: int) -> None:
+        raise ConnectionError("raylet unreachable")
+
+    monkeypatch.setattr(standby, "modules_file", lambda: tmp_path / standby.MODULES_FILE)
+    monkeypatch.setattr(standby, "prestart_standby", refuse)
+    await standby.leave_standby(600, lambda: 0, settle_s=0, poll_s=0)
+    assert "raylet unreachable" in caplog.text
