@@ -189,12 +189,23 @@ def test_a_deployment_that_keeps_a_replica_is_refused_before_any_run() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "engine_core"),
-    [("bench-coldstart.yaml", "process"), ("bench-coldstart-inprocess.yaml", "inprocess")],
+    ("name", "engine_core", "standby_s", "kv_gb"),
+    [
+        ("bench-coldstart-before.yaml", "process", 0, None),
+        ("bench-coldstart.yaml", "process", 86400, None),
+        ("bench-coldstart-inprocess.yaml", "inprocess", 86400, 1.0),
+    ],
 )
-def test_the_benchs_configs_scale_to_zero(name: str, engine_core: str) -> None:
+def test_the_benchs_configs_scale_to_zero(
+    name: str, engine_core: str, standby_s: int, kv_gb: float | None
+) -> None:
     from serving.config import load_config
 
     config = load_config(Path(coldstart.__file__).parents[2] / name)
     assert config.vllm.autoscaling is not None and config.vllm.autoscaling.min_replicas == 0
-    assert config.vllm.engine.engine_core == engine_core
+    engine = config.vllm.engine
+    assert (engine.engine_core, engine.standby_worker_s, engine.kv_cache_memory_gb) == (
+        engine_core,
+        standby_s,
+        kv_gb,
+    )
