@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from serving import metrics as m
+from serving.engines.vllm_startup import FIRST_REQUEST_SERVED, STARTUP_PHASES
 from serving.ray_access import ray_auth_headers
 from tests.integration.conftest import ROOT, Platform, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
@@ -114,3 +115,31 @@ def test_ray_dashboard_lists_the_serve_applications(platform: Platform) -> None:
     assert "vllm" in apps
     assert apps["vllm"]["status"] == "RUNNING"
     assert "VLLMServer" in apps["vllm"]["deployments"]
+
+
+def test_a_replicas_start_up_phases_are_in_health_and_in_its_metrics(platform: Platform) -> None:
+    platform.client().completions.create(model=platform.model, prompt="Hi", max_tokens=1)
+    startup = httpx.get(f"{platform.url}/health", timeout=30).json()["startup_s"]
+    # vLLM CPU logs no warm-up where the KV cache size is given and the path is eager
+    expected = {*STARTUP_PHASES, FIRST_REQUEST_SERVED} - {"warmup"}
+    assert expected <= set(startup), startup
+    phases = [startup[name] for name in STARTUP_PHASES if name in startup]
+    assert all(seconds >= 0 for seconds in phases), startup
+    assert abs(sum(phases) - startup[FIRST_REQUEST_SERVED]) < 0.1, startup  # rounding only
+    deadline, exported = time.monotonic() + 60, set[str]()
+    while time.monotonic() < deadline and expected - exported:  # Ray exports every few seconds
+        page = httpx.get(platform.metrics_url, timeout=30).text
+        exported = {labels["phase"] for labels in metric_labels(page, f"ray_{m.REPLICA_STARTUP}")}
+        time.sleep(1)
+    assert expected <= exported
+
+
+def metric_labels(page: str, name: str) -> list[dict[str, str]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [
+        sample.labels
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("engine") == "vllm"
+    ]
