@@ -148,14 +148,21 @@ class PlatformMetrics:
         self.prefix_cache_hits = counter(PREFIX_CACHE_HITS)
         self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
         self.recorder = BackgroundRecorder()
+        self.startup_phases: dict[str, float] = {}
 
     def record_engine(self, stats: EngineStats) -> None:
         self.recorder.submit(self.queue_depth.set, stats.waiting)
         self.recorder.submit(self.running.set, stats.running)
         self.recorder.submit(self.kv_cache_usage.set, stats.kv_cache_usage)
+        # Ray exports a gauge only while it is set (a value set once at start-up was gone from
+        # the scrapes of a platform up for half an hour): the phases are set again with the queue.
+        for phase, seconds in self.startup_phases.items():
+            self.recorder.submit(self.replica_startup.set, seconds, {"phase": phase})
 
     def record_startup(self, phases: dict[str, float]) -> None:
-        """This replica's start-up phases (`vllm_startup.startup_phases`), one gauge each."""
+        """This replica's start-up phases (`vllm_startup.startup_phases`), one gauge each,
+        exported again with every engine report (`record_engine`)."""
+        self.startup_phases = dict(phases)
         for phase, seconds in phases.items():
             self.recorder.submit(self.replica_startup.set, seconds, {"phase": phase})
 

@@ -55,6 +55,19 @@ def test_each_phase_is_one_labelled_value_of_the_startup_gauge(platform_metrics)
     assert all(phase in metrics.DESCRIPTIONS[metrics.REPLICA_STARTUP] for phase in STARTUP_PHASES)
 
 
+def test_the_phases_are_set_again_with_every_engine_report(platform_metrics) -> None:
+    """Ray exports a gauge only while it is set: a phase set once at start-up left the scrapes."""
+    from serving.engines.base import EngineStats
+
+    platform_metrics.record_startup({"imports": 9.0})
+    platform_metrics.recorder.flush()
+    gauge = FakeMetric.made["llm_serving_replica_startup_seconds"]
+    gauge.values.clear()  # as if the exporter had dropped the series
+    platform_metrics.record_engine(EngineStats(running=0, waiting=0))
+    platform_metrics.recorder.flush()
+    assert gauge.values == {(("phase", "imports"),): 9.0}
+
+
 def test_the_first_token_closes_the_startup_once(platform_metrics) -> None:
     startup_at = {"process_created": 100.0, "replica_ready": 110.0}
     record_first_token(startup_at, platform_metrics, SimpleNamespace(time_to_first_tokens_iter=[]))
