@@ -21,6 +21,7 @@ from serving.replica_config import (
     VLLMEngineConfig,
 )
 from serving.state_config import StateConfig
+from serving.tracing_config import TracingConfig
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 
@@ -259,6 +260,10 @@ class PlatformConfig(StrictModel):
         default_factory=StateConfig,
         description="The store of stored responses, files and batches, shared by every replica.",
     )
+    tracing: TracingConfig = Field(
+        default_factory=TracingConfig,
+        description="OpenTelemetry traces of every request (router, replica, vLLM's engine).",
+    )
     models: list[ServedModelConfig] = Field(
         default_factory=list,
         description="Several models (each with its own vLLM deployment, adapters and scaling) "
@@ -303,7 +308,7 @@ class PlatformConfig(StrictModel):
         # was written (as every app's do), and the chart renders the same args.
         shared = {
             key: getattr(self, key)
-            for key in ("auth", "limits", "http", "ray", "state")
+            for key in ("auth", "limits", "http", "ray", "state", "tracing")
             if key in self.model_fields_set
         }
         return PlatformConfig(
