@@ -28,6 +28,7 @@ from serving.analysis.attention import attention_report, load_analysis_model
 from serving.analysis.console import console_page
 from serving.analysis.kv_cache import kv_cache_report_for
 from serving.analysis.latency import generation_trace
+from serving.analysis.requests import requests_router
 from serving.api.auth import EXEMPT_PATHS, KeyRing, key_ring, route_path
 from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
@@ -36,6 +37,7 @@ from serving.config import AnalysisDeploymentConfig, PlatformConfig, parse_confi
 from serving.deployments.replica import replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.models import resolve_model
+from serving.tracing_config import TracingConfig
 
 
 class AttentionRequest(UnicodeRequest):
@@ -97,15 +99,18 @@ def build_analysis_api(
     default_tokens: int = 2048,
     keys: KeyRing | None = None,
     max_body_bytes: int | None = None,
+    tracing: TracingConfig | None = None,
 ) -> FastAPI:
     """Routes over one loaded model; `settings` holds the request limits, `keys` (when any)
-    guard every route but /health and the console page (`/`)."""
+    guard every route but /health and the console page (`/`); `tracing` is where /requests
+    reads the platform's spans (off when None or without a query URL)."""
     app = FastAPI(title="llm-serving (analysis)")
     install_error_handlers(app)
     install_guards(app, keys, max_body_bytes, exempt=EXEMPT_PATHS | CONSOLE_PATHS)
     app.add_middleware(PrefixServesConsole)
     report = config_report(model)  # static: computed once per replica
     model_lock = threading.Lock()  # one forward pass at a time: keeps latency traces honest
+    app.include_router(requests_router(tracing or TracingConfig()))
 
     def opened(arch: str | None) -> tuple[str, PreTrainedModel, dict[str, Any]]:
         """Name, model and config report of the served model, or of a shipped architecture."""
@@ -213,6 +218,7 @@ class AnalysisServer:
             default_tokens=self.config.model.max_model_len,
             keys=key_ring(self.config.analysis.auth or self.config.auth),
             max_body_bytes=self.config.limits.max_body_bytes,
+            tracing=self.config.tracing,
         )
 
 
