@@ -5,7 +5,8 @@
 const KEY_STORAGE = "llm-serving-analysis-key";
 const BASE = location.pathname.replace(/\/+$/, ""); // the app's route prefix, e.g. /analysis
 const KV_DELAY_MS = 150; // typing pause before the calculator asks the route
-const state = { arch: null, kvAsked: 0, charts: {} };
+const state = { arch: null, kvAsked: 0, charts: {}, requests: null };
+const TRACE_ERRORS = new Set(["tracing_off", "trace_backend_unavailable"]); // 503s that say why
 window.analysisConsole = state; // the browser tests read the drawn chart from here
 
 function $(selector, root = document) { return root.querySelector(selector); }
@@ -42,11 +43,16 @@ function requestHeaders(hasBody) {
   return headers;
 }
 
+// The OpenAI error's code, when the body is one.
+function errorCode(body) {
+  try { return JSON.parse(body).error.code || null; } catch (_) { return null; }
+}
+
 function errorText(status, body) {
   let message = body.trim() || "(empty answer)";
   try { message = JSON.parse(body).error.message; } catch (_) { /* not an OpenAI error body */ }
   if (status === 401) message += " Enter the analysis app's API key at the top of the page.";
-  if (status === 503) message += " The analysis replica is busy; try again in a moment.";
+  if (status === 503 && !TRACE_ERRORS.has(errorCode(body))) message += " The analysis replica is busy; try again in a moment.";
   return `${status}: ${message}`;
 }
 
@@ -61,7 +67,7 @@ async function call(path, payload, asText = false) {
     throw new Error(`cannot reach ${BASE}${path}: ${err.message}`);
   }
   const body = await response.text();
-  if (!response.ok) throw new Error(errorText(response.status, body));
+  if (!response.ok) throw Object.assign(new Error(errorText(response.status, body)), { code: errorCode(body) });
   return asText ? body : JSON.parse(body);
 }
 
@@ -301,6 +307,129 @@ async function runTrace(event) {
   }
 }
 
+// --- requests: timelines from the platform's traces ---------------------------------------------
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const PHASES = [
+  { key: "queue", seconds: "queue_s", colour: "#b8bfcc" },
+  { key: "prefill", seconds: "prefill_s", colour: "#e08a1e" },
+  { key: "decode", seconds: "decode_s", colour: "#1f6fb2" },
+];
+const TIMELINE = { row: 14, gap: 3, laneGap: 14, label: 170, top: 30, axis: 30, right: 16 };
+const TICK_STEPS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600];
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  node.append(...children);
+  return node;
+}
+
+function ms(seconds) { return `${num(seconds * 1000)} ms`; }
+
+// One lane per replica (in name order), its requests by arrival.
+function lanes(requests) {
+  const byReplica = new Map();
+  for (const r of [...requests].sort((a, b) => a.arrival - b.arrival)) {
+    if (!byReplica.has(r.replica)) byReplica.set(r.replica, []);
+    byReplica.get(r.replica).push(r);
+  }
+  return [...byReplica.entries()].sort(([a], [b]) => a.localeCompare(b));
+}
+
+function barTitle(r, t0) {
+  const routed = r.routing_policy ? `routed by ${r.routing_policy}: ${r.routing_reason || "-"}` : "no routing decision (sent to the model's app)";
+  return [
+    `${r.request_id || "(no request id)"} on replica ${r.replica}${r.model ? ` (${r.model})` : ""}`,
+    `tokens: ${num(r.prompt_tokens)} prompt, ${num(r.completion_tokens)} completion`,
+    `arrived at +${ms(r.arrival - t0)}; queue ${ms(r.queue_s)}, prefill ${ms(r.prefill_s)}, decode ${ms(r.decode_s)}; ended at +${ms(r.end - t0)}`,
+    routed,
+    `trace ${r.trace_id}`,
+  ].join("\n");
+}
+
+function requestBar(r, t0, x, y) {
+  const start = r.arrival - t0;
+  const bar = svg("g", { class: "bar", "data-request-id": r.request_id || "", "data-replica": r.replica,
+    "data-start": start, "data-end": r.end - t0 }, svg("title", {}, barTitle(r, t0)));
+  let at = start;
+  for (const phase of PHASES) {
+    const seconds = r[phase.seconds];
+    bar.append(svg("rect", { class: `segment ${phase.key}`, x: x(at), y, height: TIMELINE.row,
+      width: Math.max(0, x(at + seconds) - x(at)), fill: phase.colour }));
+    at += seconds;
+  }
+  return bar;
+}
+
+function timeAxis(x, span, y, width) {
+  const step = TICK_STEPS.find((s) => span / s <= 10) || TICK_STEPS[TICK_STEPS.length - 1];
+  const axis = svg("g", { class: "axis" },
+    svg("line", { x1: x(0), x2: x(span), y1: y, y2: y, stroke: "#6b7280" }),
+    svg("text", { x: width - TIMELINE.right, y: y + 26, "text-anchor": "end" }, "seconds since the first arrival"));
+  for (let t = 0; t <= span + 1e-9; t += step) {
+    axis.append(svg("line", { x1: x(t), x2: x(t), y1: y, y2: y + 4, stroke: "#6b7280" }),
+      svg("text", { x: x(t), y: y + 15, "text-anchor": "middle" }, num(Number(t.toPrecision(6)))));
+  }
+  return axis;
+}
+
+function legend() {
+  return svg("g", { class: "legend" }, ...PHASES.map((phase, i) => svg("g", {},
+    svg("rect", { x: TIMELINE.label + i * 90, y: 6, width: 12, height: 12, fill: phase.colour }),
+    svg("text", { x: TIMELINE.label + i * 90 + 17, y: 16 }, phase.key))));
+}
+
+function drawTimeline(container, requests) {
+  const t0 = Math.min(...requests.map((r) => r.arrival));
+  const span = Math.max(...requests.map((r) => Math.max(r.end, r.arrival + r.queue_s + r.prefill_s + r.decode_s))) - t0 || 1e-3;
+  const width = Math.max(640, container.clientWidth);
+  const x = (t) => TIMELINE.label + (t / span) * (width - TIMELINE.label - TIMELINE.right);
+  const groups = [];
+  let y = TIMELINE.top;
+  for (const [replica, rows] of lanes(requests)) {
+    const height = rows.length * (TIMELINE.row + TIMELINE.gap) + TIMELINE.gap;
+    groups.push(svg("g", { class: "lane", "data-replica": replica },
+      svg("rect", { class: "lane-bg", x: TIMELINE.label, y, width: width - TIMELINE.label - TIMELINE.right, height }),
+      svg("text", { class: "lane-label", x: TIMELINE.label - 8, y: y + 12, "text-anchor": "end" }, replica),
+      svg("text", { class: "lane-count", x: TIMELINE.label - 8, y: y + 26, "text-anchor": "end" }, `${rows.length} requests`),
+      ...rows.map((r, i) => requestBar(r, t0, x, y + TIMELINE.gap + i * (TIMELINE.row + TIMELINE.gap)))));
+    y += Math.max(height, 32) + TIMELINE.laneGap;
+  }
+  const height = y + TIMELINE.axis;
+  container.replaceChildren(svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": "request timelines" }, legend(), ...groups, timeAxis(x, span, y - TIMELINE.laneGap / 2, width)));
+  return t0;
+}
+
+async function loadRequests() {
+  const where = panel("requests");
+  const limit = $("input[name=limit]", where).value || "50";
+  showMessage(where, "reading the requests' spans ...", "info");
+  let body;
+  try {
+    body = await call(`/requests?${new URLSearchParams({ limit })}`);
+  } catch (err) {
+    state.requests = null;
+    $(".timeline", where).replaceChildren();
+    showMessage(where, err.message, err.code === "tracing_off" ? "info" : "error");
+    return;
+  }
+  state.requests = body;
+  if (!body.requests.length) {
+    $(".timeline", where).replaceChildren();
+    showMessage(where, `No request traced in the last ${num(body.window_s / 60)} minutes of project ${body.project}: send a few to a model (tracing keeps tracing.sample_ratio of them) and press Refresh.`, "info");
+    return;
+  }
+  const t0 = drawTimeline($(".timeline", where), body.requests);
+  showMessage(where, `${body.requests.length} requests on ${body.replicas.length} replicas, from ${new Date(t0 * 1000).toLocaleTimeString()}.`, "info");
+}
+
+function showRequests(event) {
+  event.preventDefault();
+  loadRequests();
+}
+
 // --- model source, API key, start --------------------------------------------------------------
 
 const WEIGHT_PANELS = { attention: "Show attention", trace: "Trace" };
@@ -342,7 +471,7 @@ async function start() {
   } catch (err) {
     showMessage(page, err.message);
   }
-  await loadArchitecturePanels();
+  await Promise.all([loadArchitecturePanels(), loadRequests()]);
 }
 
 function init() {
@@ -355,6 +484,7 @@ function init() {
   kvForm.addEventListener("submit", (e) => { e.preventDefault(); updateKv(); });
   $("#attention form").addEventListener("submit", showAttention);
   $("#trace form").addEventListener("submit", runTrace);
+  $("#requests form").addEventListener("submit", showRequests);
   start();
 }
 
