@@ -24,12 +24,14 @@ class App:
     scaled: bool = True
     name: str = ""  # the Serve app's name: its PlatformConfig field (apps_of fills it in)
     state: bool = False  # whether it reads the platform's store (PlatformConfig.state)
+    traced: bool = False  # whether it reads PlatformConfig.tracing (its spans, or reads them)
 
     @property
     def sections(self) -> tuple[str, ...]:
         """PlatformConfig parts in its args. Serve hashes args into the app's code version and
         restarts every replica when they change, so an app gets only its own part."""
-        return ("model", self.name, "auth", "limits") + (("state",) if self.state else ())
+        optional = (("state", self.state), ("tracing", self.traced))
+        return ("model", self.name, "auth", "limits") + tuple(k for k, on in optional if on)
 
 
 # With `models`, the `vllm` app is this router at vllm.route_prefix, and each model an app of its

@@ -65,11 +65,11 @@ class AdapterConfig(StrictModel):
 
 
 RoutingPolicy = Literal["power_of_two", "prefix_cache", "session", "load_aware", "random"]
-# Serve's `request_router_config` of each policy (serving/routing.py says what each does); none
-# for Serve's default. load_aware reads each engine's KV-cache use every second (Serve's default:
-# every 10 s).
+# Serve's `request_router_config` of each policy (serving/routing.py says what each does;
+# power_of_two is Serve's default with its decisions traced). load_aware reads each engine's
+# KV-cache use every second (Serve's default: every 10 s).
 ROUTER_CONFIGS: dict[str, dict[str, Any]] = {
-    "power_of_two": {},
+    "power_of_two": {"request_router_class": "serving.routing:PowerOfTwoRouter"},
     "prefix_cache": {"request_router_class": "serving.routing:PrefixAffinityRouter"},
     "session": {"request_router_class": "serving.routing:SessionAffinityRouter"},
     "load_aware": {
@@ -237,7 +237,7 @@ class PlatformConfig(StrictModel):
     # The Serve apps: each field's App entry names its builder and deployment (serving/apps.py).
     vllm: Annotated[
         VLLMDeploymentConfig,
-        App("serving.deployments.vllm_server:vllm_app", "VLLMServer", state=True),
+        App("serving.deployments.vllm_server:vllm_app", "VLLMServer", state=True, traced=True),
     ] = Field(default_factory=VLLMDeploymentConfig, description="The vLLM application.")
     hf: Annotated[
         HFDeploymentConfig, App("serving.deployments.hf_baseline:hf_app", "HFBaseline")
@@ -246,7 +246,7 @@ class PlatformConfig(StrictModel):
     )
     analysis: Annotated[
         AnalysisDeploymentConfig,
-        App("serving.deployments.analysis:analysis_app", "Analysis", scaled=False),
+        App("serving.deployments.analysis:analysis_app", "Analysis", scaled=False, traced=True),
     ] = Field(
         default_factory=AnalysisDeploymentConfig, description="The model analysis application."
     )

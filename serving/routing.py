@@ -26,9 +26,13 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 from ray.serve.llm.request_router import PrefixCacheAffinityRouter
 from ray.serve.request_router import LocalityMixin, MultiplexMixin, RequestRouter
 from starlette.datastructures import Headers
+
+from serving.tracing import spans
+from serving.tracing.decisions import note_decision, record_decision
 
 SESSION_HEADER = "x-session-id"
 NO_TEXT = "\0"  # what the prefix router matches for a request without text
@@ -43,6 +47,7 @@ class RoutingHint:
 
     prompt: Any = ""
     session: str | None = None
+    traceparent: str | None = None  # the router's span: the routing decision's parent
 
 
 def routing_hint(body: Any, headers: Headers) -> RoutingHint:
@@ -51,7 +56,11 @@ def routing_hint(body: Any, headers: Headers) -> RoutingHint:
     data = body if isinstance(body, dict) else {}
     prompt = next((data[key] for key in ("prompt", "messages", "input") if key in data), "")
     session = headers.get(SESSION_HEADER) or data.get("user")
-    return RoutingHint(prompt=prompt, session=str(session) if session else None)
+    return RoutingHint(
+        prompt=prompt,
+        session=str(session) if session else None,
+        traceparent=headers.get("traceparent"),
+    )
 
 
 def rendezvous_rank(session: str, replica_ids: list[str]) -> list[str]:
@@ -100,13 +109,49 @@ def hint_of(pending_request: Any) -> RoutingHint | None:
     return next((arg for arg in args if hasattr(arg, "session") and hasattr(arg, "prompt")), None)
 
 
-class PrefixAffinityRouter(PrefixCacheAffinityRouter):
+class TracedDecisions:
+    """Each placed request's routing decision as a span (tracing on): its policy, the replica,
+    and why, as the policy noted it in choose_replicas (serving/tracing/decisions.py)."""
+
+    policy = ""
+
+    def on_request_routed(self, pending_request: Any, replica_id: Any, result: Any) -> None:
+        self.trace_decision(pending_request, replica_id)
+        super().on_request_routed(pending_request, replica_id, result)  # type: ignore[misc]  # the router class this mixes into has it
+
+    def trace_decision(self, pending_request: Any, replica_id: Any) -> None:
+        candidates = len(getattr(self, "curr_replicas", None) or {})
+        record_decision(
+            self.policy, pending_request, replica_id, candidates, hint_of(pending_request)
+        )
+
+
+class PowerOfTwoRouter(TracedDecisions, PowerOfTwoChoicesRequestRouter):
+    """Serve's default router (the less loaded of two random replicas, adapter holders first),
+    with its decisions traced."""
+
+    policy = "power_of_two"
+
+    async def choose_replicas(
+        self, candidate_replicas: list[Any], pending_request: Any = None
+    ) -> list[list[Any]]:
+        ranks = await super().choose_replicas(candidate_replicas, pending_request)
+        note_decision(
+            pending_request,
+            f"the less loaded of two random replicas among {len(candidate_replicas)}",
+        )
+        return ranks
+
+
+class PrefixAffinityRouter(TracedDecisions, PrefixCacheAffinityRouter):
     """Ray's prefix-cache affinity router (its prefix tree actor) with three changes, each
     measured (docs/benchmarks/routing.md): a prompt that matches no replica's earlier prompts goes
     by power of two choices, not to the replica whose tree is smallest (which herds a burst of new
     prompts onto one replica: -19 % throughput with no shared prefixes); the tree is read and
     written without blocking the router's event loop (Ray's `ray.get` stalls every stream the
     router relays); the tree evicts old prompts (Ray's default keeps every prompt forever)."""
+
+    policy = "prefix_cache"
 
     def initialize_state(self, *args: Any, **kwargs: Any) -> None:
         # Serve passes the deployment's `request_router_kwargs` by name.
@@ -131,7 +176,18 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
         threshold = self._match_rate_threshold
         assert threshold is not None, "Ray defaults it to 0.1; null is no threshold"
         if not tenants or len(matched) < threshold * len(text):
+            note_decision(
+                pending_request,
+                f"no replica's prompts share {threshold:.0%} of this one "
+                f"(longest {len(matched)}/{len(text)} chars): power of two choices",
+                **{spans.ROUTING_PREFIX_MATCH: len(matched)},
+            )
             return [[]]
+        note_decision(
+            pending_request,
+            f"prefix match {len(matched)}/{len(text)} chars with {len(tenants)} replica(s)",
+            **{spans.ROUTING_PREFIX_MATCH: len(matched)},
+        )
         by_id = dict(zip(ids, candidate_replicas))
         return [[by_id[tenant] for tenant in tenants if tenant in by_id]]
 
@@ -139,24 +195,31 @@ class PrefixAffinityRouter(PrefixCacheAffinityRouter):
         text = self._extract_text_from_request(pending_request)
         if text != NO_TEXT:  # actor calls from one caller run in order: the next match sees it
             self._tree_actor.insert.remote(text, replica_id.to_full_id_str(), time.time())
+        self.trace_decision(pending_request, replica_id)  # not Ray's own insert
 
 
-class SessionAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
+class SessionAffinityRouter(TracedDecisions, LocalityMixin, MultiplexMixin, RequestRouter):
     """A session's requests to its replica (`SessionTable`; next ranks when it is full);
     requests without a session to the less loaded of two random replicas. No FIFOMixin: it
     routes without the request (a replica goes to whichever request waits longest), so a
     session could not choose."""
+
+    policy = "session"
 
     async def choose_replicas(
         self, candidate_replicas: list[Any], pending_request: Any = None
     ) -> list[list[Any]]:
         hint = hint_of(pending_request)
         if hint is None or hint.session is None or len(candidate_replicas) < 2:
+            note_decision(pending_request, "no session (or one replica): power of two choices")
             return self.two_choices(candidate_replicas, pending_request)
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         if getattr(self, "sessions", None) is None:  # Serve builds routers without our __init__
             self.sessions = SessionTable()
+        known = hint.session in self.sessions.placed
         ranked = self.sessions.place(hint.session, list(by_id), time.monotonic())
+        why = "its session's replica" if known else "a new session: the replica with fewest"
+        note_decision(pending_request, why, **{spans.ROUTING_SESSION: hint.session})
         return [[by_id[rid]] for rid in ranked]
 
     def two_choices(self, candidate_replicas: list[Any], pending_request: Any) -> list[list[Any]]:
@@ -179,17 +242,26 @@ def adapter_holders(
     return [by_id[rid] for rid in holders if rid in by_id] or candidate_replicas
 
 
-class LoadAwareRouter(MultiplexMixin, RequestRouter):
+class LoadAwareRouter(TracedDecisions, MultiplexMixin, RequestRouter):
     """Replicas ranked by `load_score`, least loaded first (ties in random order), among those
     holding the request's adapter when some do. Ongoing requests come from the router's own
     count (fresh at every request), KV-cache use from the engine's latest routing stats."""
+
+    policy = "load_aware"
 
     async def choose_replicas(
         self, candidate_replicas: list[Any], pending_request: Any = None
     ) -> list[list[Any]]:
         candidates = adapter_holders(self, candidate_replicas, pending_request)
         shuffled = random.sample(candidates, len(candidates))
-        return [[replica] for replica in sorted(shuffled, key=self.score)]
+        ranked = sorted(shuffled, key=self.score)
+        best = self.score(ranked[0]) if ranked else 0.0
+        note_decision(
+            pending_request,
+            f"the lowest load score ({best:.3f}) of {len(candidates)} replica(s)",
+            **{spans.ROUTING_LOAD_SCORE: round(best, 4)},
+        )
+        return [[replica] for replica in ranked]
 
     def score(self, replica: Any) -> float:
         stats = replica.routing_stats or {}
@@ -199,8 +271,10 @@ class LoadAwareRouter(MultiplexMixin, RequestRouter):
         return load_score(ongoing, replica.max_ongoing_requests, stats.get("kv_cache_usage", 0.0))
 
 
-class RandomRouter(RequestRouter):
+class RandomRouter(TracedDecisions, RequestRouter):
     """Any replica, uniformly (the next ones in random order when it is full)."""
+
+    policy = "random"
 
     async def choose_replicas(
         self, candidate_replicas: list[Any], pending_request: Any = None

@@ -19,7 +19,9 @@ def _http_url(value: str | None, field: str) -> str | None:
         return None
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{field} must be an http(s) URL, e.g. http://127.0.0.1:6006, not {value!r}")
+        raise ValueError(
+            f"{field} must be an http(s) URL, e.g. http://127.0.0.1:6006, not {value!r}"
+        )
     return value.rstrip("/")
 
 

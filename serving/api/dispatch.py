@@ -20,6 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serving.api.auth import route_path
 from serving.api.errors import APIError, error_body, error_response
 from serving.routing import RoutingHint, routing_hint
+from serving.tracing import spans
+from serving.tracing.setup import annotate
 
 if TYPE_CHECKING:
     from serving.api.runtime_adapters import RuntimeAdapters
@@ -247,6 +249,7 @@ class ModelDispatch:
             await error_response(model_not_found(name, sorted(self.routes)))(scope, receive, send)
             return
         hint = routing_hint(data, Headers(scope=scope))
+        annotate(spans.MODEL, route.adapter or route.model)
         await self.relay(route, forwarded_scope(scope), body, hint, send)
 
     async def relay(

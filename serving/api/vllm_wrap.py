@@ -245,11 +245,13 @@ def wrap_vllm_app(
     limits: RequestLimits,
     keys: KeyRing | None,
     batch: ASGIApp | None = None,
+    traced: Callable[[ASGIApp], ASGIApp] | None = None,
 ) -> WrappedApp:
     """vLLM's app with the platform's guards: outermost the status count, then the API key,
     the Batch API's routes (`batch`, with their own file size limit), the body limit, the
     deadline, the request limits on the body; innermost the abort of a cancelled request's
-    engine work. The prompt limit (and the rest again) sits on the engine."""
+    engine work. The prompt limit (and the rest again) sits on the engine. `traced` puts the
+    request's span around all of it (tracing on)."""
     guard_generate(engine.llm, limits)
 
     async def health() -> JSONResponse:
@@ -273,4 +275,6 @@ def wrap_vllm_app(
         )  # a request without a key is refused before its body is read
     if metrics is not None:
         outer = StatusCounter(outer, metrics)
+    if traced is not None:
+        outer = traced(outer)
     return WrappedApp(outer, app, below_keys)

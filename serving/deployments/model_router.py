@@ -27,6 +27,9 @@ from serving.ray_env import drain_deadline_s
 from serving.replica_config import BackpressureSettings
 from serving.routing import RoutingHint
 from serving.state.batches import open_batches
+from serving.tracing import spans
+from serving.tracing.asgi import TracedRequests, forwarded_at_header
+from serving.tracing.setup import start_tracing
 
 VLLM_DEPLOYMENT = "VLLMServer"  # each model's engine deployment (serving.deployments.vllm_server)
 
@@ -99,6 +102,7 @@ def adapter_cards(config: PlatformConfig) -> list[dict[str, Any]]:
 class ModelRouter:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = PlatformConfig.model_validate(config)
+        self.tracer = start_tracing(self.config.tracing, "router")
         keys = key_ring(self.config.auth)
         check_runtime_adapter_keys(self.config, keys)
         routes = model_routes({m.name: [a.name for a in m.adapters] for m in self.config.models})
@@ -131,7 +135,11 @@ class ModelRouter:
         if self.config.state.batch.enabled:
             # Batches are served from the store; their lines run on each model's replicas.
             app = BatchRoutes(batch_app(open_batches(self.config.state), self.batch_models), app)
-        self.asgi = APIKeyAuth(app, keys) if keys.enabled else app
+        app = APIKeyAuth(app, keys) if keys.enabled else app
+        if self.tracer is not None:  # the trace of each request starts (or continues) here
+            attributes = {spans.COMPONENT: "router"}
+            app = TracedRequests(app, self.tracer, spans.ROUTER_REQUEST, attributes)
+        self.asgi = app
 
     def batch_models(self) -> tuple[set[str], str, set[str] | None]:
         """Every model and adapter a batch line may name, the default one; which embed is
@@ -165,6 +173,8 @@ class ModelRouter:
         ) -> AsyncIterator[list[Message]]:
             # Held in Serve's queue while the model has no free replica (at zero: while one
             # starts), up to max_queued_requests requests for up to max_queue_wait_s.
+            if self.tracer is not None:  # the replica's serve_queue span starts here
+                scope = {**scope, "headers": [*scope["headers"], forwarded_at_header()]}
             return cold_start.held(handle.remote(scope, body, hint, path), wait_s)
 
         return send

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
-from starlette.types import Message
+from starlette.types import ASGIApp, Message
 
 from serving import deployments
 from serving.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
@@ -41,6 +41,9 @@ from serving.state.batch_runner import BatchRunner
 from serving.state.batches import Batches, open_batches
 from serving.state.responses import keep_responses
 from serving.state.store import open_store
+from serving.tracing import spans
+from serving.tracing.asgi import TracedRequests
+from serving.tracing.setup import start_tracing
 
 
 async def build_vllm_openai_app(engine: VLLMEngine) -> FastAPI:
@@ -72,8 +75,11 @@ class VLLMServer(EngineReplica):
         self.config = with_adapter_dirs(platform, model_dir)
         resolved = time.perf_counter()
         self.metrics = PlatformMetrics(
-            MetricLabels("vllm", self.config.model.name, "VLLMServer", self.replica_id)
+            MetricLabels("vllm", self.config.model.name, "VLLMServer", self.replica_id),
+            adapters=tuple(adapter.name for adapter in self.config.vllm.adapters),
         )
+        # Before the engine: vLLM's engine span goes through this process's tracer.
+        tracer = start_tracing(self.config.tracing, "replica")
         # Behind the model router adapters load when a request names one (Serve multiplexing).
         self.engine = VLLMEngine.start(
             self.config, model_dir, self.metrics, preload_adapters=not behind_router
@@ -98,6 +104,7 @@ class VLLMServer(EngineReplica):
             self.config.limits,
             key_ring(self.config.auth),
             batch_app(batches, self.batch_models) if batches else None,
+            self.traced_requests(tracer),
         )
         if idle_s := self.config.vllm.engine.sleep_when_idle_s:  # a warm zero (GPU only)
             self.sleeper = sleep_when_idle(self.openai_app, self.engine.llm, idle_s)
@@ -118,6 +125,17 @@ class VLLMServer(EngineReplica):
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
         if keep_s := self.config.vllm.engine.standby_worker_s:  # for the next replica here
             self._standby = asyncio.create_task(leave_standby(keep_s, self.engine.in_flight))
+
+    def traced_requests(self, tracer: Any) -> Callable[[ASGIApp], ASGIApp] | None:
+        """The replica.request span around the app, when tracing is on."""
+        if tracer is None:
+            return None
+        attributes = {
+            spans.COMPONENT: "replica",
+            spans.MODEL: self.config.model.name,
+            spans.REPLICA: self.replica_id,
+        }
+        return lambda app: TracedRequests(app, tracer, spans.REPLICA_REQUEST, attributes)
 
     def batch_models(self) -> tuple[set[str], str, set[str] | None]:
         """The names a batch line may ask for here, the default one, those that embed."""

@@ -24,6 +24,7 @@ from serving.engines.vllm_startup import (
     startup_phases,
 )
 from serving.metrics import PlatformMetrics
+from serving.tracing.setup import tracing_env
 
 
 def vllm_env(config: PlatformConfig) -> dict[str, str]:
@@ -43,7 +44,7 @@ def vllm_env(config: PlatformConfig) -> dict[str, str]:
         # torch reads this on import: the replica gets it from its runtime_env, a spawned engine
         # core inherits it.
         env["OMP_NUM_THREADS"] = str(threads)
-    return env
+    return env | tracing_env(config.tracing)
 
 
 def apply_engine_env(config: PlatformConfig, environ: MutableMapping[str, str]) -> None:

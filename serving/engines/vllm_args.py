@@ -49,6 +49,8 @@ def typed_options(config: PlatformConfig, preload_adapters: bool = True) -> dict
         # Batch lines ask for a lower priority than online requests (serving/state/batches.py);
         # vLLM refuses a request's priority under its default first-come-first-served policy.
         "scheduling_policy": "priority" if config.state.batch.enabled else None,
+        # vLLM's engine span of each request, a child of the replica's (serving/tracing).
+        "otlp_traces_endpoint": config.tracing.otlp_endpoint if config.tracing.enabled else None,
         **lora_options(config, preload_adapters),
     }
 

@@ -65,9 +65,8 @@ def deployment_options(config: PlatformConfig, name: str) -> dict[str, Any]:
 
 
 def router_option(policy: str) -> dict[str, Any]:
-    """The deployment's Serve request router; none for Serve's default (power of two)."""
-    config = ROUTER_CONFIGS[policy]
-    return {"request_router_config": config} if config else {}
+    """The deployment's Serve request router (serving.routing)."""
+    return {"request_router_config": ROUTER_CONFIGS[policy]}
 
 
 def pinned_to_cpu_workers(config: PlatformConfig, name: str) -> PlatformConfig:
@@ -130,7 +129,11 @@ def model_applications(config: PlatformConfig, cluster: bool = False) -> list[di
         "route_prefix": config.vllm.route_prefix,
         "args": {
             "models": [{k: m[k] for k in ROUTER_MODEL_KEYS if k in m} for m in written["models"]],
-            **{key: written[key] for key in ("auth", "limits", "state") if key in written},
+            **{
+                key: written[key]
+                for key in ("auth", "limits", "state", "tracing")
+                if key in written
+            },
         },
     }
     if cluster:

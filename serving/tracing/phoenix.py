@@ -30,7 +30,7 @@ def read_spans(
 ) -> list[dict[str, Any]]:
     """Spans of `project`, newest first, filtered as Phoenix filters: by trace ids, span names,
     attribute values (`key:value`, exact) and a lower bound on the start (ISO 8601)."""
-    params: list[tuple[str, str | int]] = [("trace_id", t) for t in trace_ids]
+    params: list[tuple[str, str | int | float | bool | None]] = [("trace_id", t) for t in trace_ids]
     params += [("name", n) for n in names]
     params += [("attribute", f"{k}:{v}") for k, v in (attributes or {}).items()]
     if start_time:

@@ -50,7 +50,10 @@ def test_each_policy_is_its_deployments_request_router() -> None:
     assert options["b"]["request_router_config"]["request_router_class"] == (
         "serving.routing:SessionAffinityRouter"
     )
-    assert "request_router_config" not in options["c"]
+    # The default, power of two, is Serve's own router with its decisions traced.
+    assert options["c"]["request_router_config"]["request_router_class"] == (
+        "serving.routing:PowerOfTwoRouter"
+    )
 
 
 def test_a_session_always_ranks_the_same_replica_first_and_sessions_spread() -> None:

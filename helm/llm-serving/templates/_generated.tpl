@@ -11,7 +11,8 @@
       "vllm",
       "auth",
       "limits",
-      "state"
+      "state",
+      "tracing"
     ],
     "resources": true
   },
@@ -37,7 +38,8 @@
       "model",
       "analysis",
       "auth",
-      "limits"
+      "limits",
+      "tracing"
     ],
     "resources": true
   },
@@ -63,7 +65,9 @@
 
 {{- define "llm-serving.routerConfigs" -}}
 {
-  "power_of_two": {},
+  "power_of_two": {
+    "request_router_class": "serving.routing:PowerOfTwoRouter"
+  },
   "prefix_cache": {
     "request_router_class": "serving.routing:PrefixAffinityRouter"
   },
