@@ -265,3 +265,22 @@ def test_platform_page_draws_the_served_model_without_a_key(platform: Platform) 
             "document.querySelector('#architecture [data-field=num_layers]')?.textContent"
         )
         assert layers == "2" and page.evaluate("document.getElementById('page-message').hidden")
+
+
+def test_platform_page_says_how_to_turn_tracing_on_in_the_requests_panel(
+    platform: Platform,
+) -> None:
+    """The session platform runs without tracing: the requests view says so and how to change it,
+    as information rather than as a failure."""
+    with chromium() as page:
+        page.goto(f"{platform.url}/analysis")
+        said = page.wait_for(
+            "(m => !m.hidden && m.textContent.startsWith('503') && m.textContent)"
+            "(document.querySelector('#requests .message'))"
+        )
+        assert "tracing is off" in said and "llm-serving up --tracing" in said
+        assert "busy" not in said  # not the hint for an overloaded replica
+        assert page.evaluate("document.querySelector('#requests .message').className") == (
+            "message info"
+        )
+        assert page.evaluate("document.querySelectorAll('#requests g.bar').length") == 0
