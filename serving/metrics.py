@@ -37,6 +37,16 @@ PREFIX_CACHE_QUERIES = "llm_serving_prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "llm_serving_prefix_cache_hits_total"
 REPLICA_STARTUP = "llm_serving_replica_startup_seconds"
 
+# Set by every engine report (`record_engine`), so they exist from a replica's start.
+ENGINE_GAUGES = (QUEUE_DEPTH, RUNNING, KV_CACHE_USAGE)
+# Ray's metrics agent exports no histogram before its first observation (it skips data points
+# with count 0: ray/dashboard/modules/reporter/reporter_agent.py, _export_histogram_data).
+HISTOGRAMS = (TTFT, ITL, E2E)
+# Statuses whose request counter a replica exports at 0 from its start, so the dashboard's
+# Requests and Errors panels (and its engine and model variables) have series before the first
+# request: success and the refusals clients see most (bad input, a limit, a full queue).
+STATUSES_AT_START = ("200", "400", "429", "503")
+
 DESCRIPTIONS = {
     QUEUE_DEPTH: "Requests waiting inside the engine, not yet scheduled (queue depth).",
     RUNNING: "Requests the engine is generating for.",
@@ -70,6 +80,24 @@ class MetricLabels:
             "deployment": self.deployment,
             "replica": self.replica,
         }
+
+
+def counters_at_start(engine: str, adapters: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
+    """(counter, its extra labels) a replica exports at 0 when it starts: every label set the
+    dashboard reads, so no panel of a fresh install says "No data" until something is counted."""
+    counters: list[tuple[str, dict]] = [(PROMPT_TOKENS, {}), (GENERATION_TOKENS, {})]
+    counters += [(REQUESTS, {"status": status}) for status in STATUSES_AT_START]
+    counters += [(ADAPTER_LOADS, {"adapter": adapter}) for adapter in adapters]
+    if engine == "vllm":  # only vLLM has a prefix cache
+        counters += [(PREFIX_CACHE_QUERIES, {}), (PREFIX_CACHE_HITS, {})]
+    return counters
+
+
+def record_zero(counter: Any, tags: dict[str, str]) -> None:
+    """Export `counter` at 0 for `tags`. Ray's `Counter.inc` refuses 0; `_record` is what it calls
+    after that check. The metrics agent keeps a counter once it has one point (it never ages
+    counters out, unlike gauges): recorded once, it stays in every scrape."""
+    counter._record(0, tags)
 
 
 class BackgroundRecorder:
@@ -106,9 +134,10 @@ class BackgroundRecorder:
 
 class PlatformMetrics:
     """Ray metrics of one replica; create inside a Ray worker (a Serve replica). Updates are
-    queued to a `BackgroundRecorder`, so the request path never waits on Ray."""
+    queued to a `BackgroundRecorder`, so the request path never waits on Ray. Its counters start
+    at 0 for the labels the dashboard reads (`counters_at_start`; `adapters`: the configured ones)."""
 
-    def __init__(self, labels: MetricLabels) -> None:
+    def __init__(self, labels: MetricLabels, adapters: tuple[str, ...] = ()) -> None:
         from ray.util import metrics as ray_metrics
 
         tags = labels.as_tags()
@@ -149,6 +178,16 @@ class PlatformMetrics:
         self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
         self.recorder = BackgroundRecorder()
         self.startup_phases: dict[str, float] = {}
+        counters = {
+            PROMPT_TOKENS: self.prompt_tokens,
+            GENERATION_TOKENS: self.generation_tokens,
+            REQUESTS: self.requests,
+            ADAPTER_LOADS: self.adapter_loads,
+            PREFIX_CACHE_QUERIES: self.prefix_cache_queries,
+            PREFIX_CACHE_HITS: self.prefix_cache_hits,
+        }
+        for name, extra in counters_at_start(labels.engine, adapters):
+            self.recorder.submit(record_zero, counters[name], extra)
 
     def record_engine(self, stats: EngineStats) -> None:
         self.recorder.submit(self.queue_depth.set, stats.waiting)
