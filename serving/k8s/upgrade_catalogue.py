@@ -92,6 +92,8 @@ OVERRIDES: dict[str, Any] = {
     "platform.vllm.autoscaling": None,  # off: a fixed num_replicas
     "platform.analysis.auth": {"api_keys_env": "ANALYSIS_KEYS"},
     "platform.state.url": "postgresql+psycopg://llm@db.example.com:5432/llm",
+    "platform.tracing.otlp_endpoint": "http://collector.example.com:4318/v1/traces",
+    "tracing.otlpEndpoint": "http://collector.example.com:4318/v1/traces",  # the chart wants a URL
     "state.postgresql.database": "llm_serving_2",  # an identifier: no '-'
     "state.postgresql.user": "llm_serving_2",
     "state.postgresql.persistence.accessModes": ["ReadWriteOncePod"],

@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 
 from serving.config import PlatformConfig
 from serving.k8s import CHART_DIR
+from serving.k8s.tracing_values import tracing_values_schema
 
 Schema = dict[str, Any]
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -290,6 +291,7 @@ def chart_values() -> dict[str, Schema]:
                 "extraIngress": K8S_LIST,
             }
         ),
+        "tracing": tracing_values_schema(),
         "probes": closed({"startup": probe(), "liveness": probe(), "readiness": probe()}),
         "podSecurityContext": K8S_OBJECT,
         "containerSecurityContext": K8S_OBJECT,

@@ -160,7 +160,7 @@ here restarts the app's replicas; anything else leaves them running.
 {{/* Enabled apps in build_apps order, as ServeApplicationSchema dicts. */}}
 {{- define "llm-serving.serveApplications" -}}
 {{- $table := include "llm-serving.appTable" . | fromJson -}}
-{{- $platform := include "llm-serving.platformWithState" . | fromYaml -}}
+{{- $platform := include "llm-serving.servedPlatform" . | fromYaml -}}
 {{- $apps := list -}}
 {{- range $name := include "llm-serving.appNames" . | fromJsonArray -}}
 {{- $app := get $.Values.platform $name | default dict -}}
@@ -186,11 +186,11 @@ single-model platform of the entry (PlatformConfig.model_platform: served_name i
 name), so a change to one model restarts that model alone.
 */}}
 {{- define "llm-serving.modelApplications" -}}
-{{- $platform := include "llm-serving.platformWithState" . | fromYaml -}}
+{{- $platform := include "llm-serving.servedPlatform" . | fromYaml -}}
 {{- $table := include "llm-serving.appTable" . | fromJson -}}
 {{- $routers := include "llm-serving.routerConfigs" . | fromJson -}}
 {{- $shared := dict -}}
-{{- range $key := list "auth" "limits" "state" -}}
+{{- range $key := list "auth" "limits" "state" "tracing" -}}
 {{- if hasKey $platform $key -}}{{- $_ := set $shared $key (get $platform $key) -}}{{- end -}}
 {{- end -}}
 {{- /* What the router reads of each model (serve_config.ROUTER_MODEL_KEYS): other changes leave it running. */ -}}

@@ -19,6 +19,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.inlineKeys" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.state" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.tracing" .) -}}
 {{- $rayVersion := .Values.ray.version | default (include "llm-serving.rayVersion" .) -}}
 {{- if and (eq .Values.ray.auth.mode "token") (semverCompare "<2.52.0" $rayVersion) -}}
 {{- $messages = append $messages (printf "ray.auth.mode: token needs Ray >= 2.52.0 in the image, but ray.version is %s (KubeRay would refuse the RayService). Use an image with a newer Ray, or set ray.auth.mode=disabled." $rayVersion) -}}
