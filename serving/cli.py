@@ -19,6 +19,8 @@ from serving.k8s.cli import render
 from serving.loadgen.cli import bench
 from serving.models import ModelNotFoundError, resolve_model
 from serving.ray_access import token_path
+from serving.tracing import backend
+from serving.tracing.cli import trace
 
 EXIT_USAGE = 2
 
@@ -35,7 +37,7 @@ def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except ConfigError as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(EXIT_USAGE)
-        except (ModelNotFoundError, PlatformError) as err:
+        except (ModelNotFoundError, PlatformError, backend.BackendError) as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
 
@@ -63,7 +65,7 @@ def apply_overrides(config: PlatformConfig, model: str | None, port: int | None)
     return PlatformConfig.model_validate(data)
 
 
-def print_ready(ep: Any) -> None:
+def print_ready(ep: Any, traces_url: str | None = None) -> None:
     curl_body = json.dumps(
         {
             "model": ep.model,
@@ -84,6 +86,8 @@ def print_ready(ep: Any) -> None:
     click.echo(f"  health         {ep.health_url}")
     click.echo(f"  Ray dashboard  {ep.dashboard_url}  (Ray token: {token_path()})")
     click.echo(f"  metrics        {ep.metrics_url}")
+    if traces_url:
+        click.echo(f"  traces         {traces_url}  (Phoenix; `llm-serving trace ID`)")
     click.echo("try:")
     click.echo(
         f"  curl -s {ep.api_url}/chat/completions -H 'Content-Type: application/json' -d '{curl_body}'"
@@ -108,14 +112,41 @@ def main() -> None:
     show_default=True,
     help="Seconds to wait for every app to deploy and answer its health check.",
 )
+@click.option(
+    "--tracing",
+    is_flag=True,
+    help="Start Phoenix (a trace backend with a UI, `make install-tracing`) on loopback and send "
+    "every request's spans there; `down` stops it.",
+)
+@click.option(
+    "--tracing-port",
+    default=backend.DEFAULT_PORT,
+    show_default=True,
+    help="Phoenix's port: UI, span API and OTLP/HTTP.",
+)
+@click.option(
+    "--tracing-grpc-port",
+    default=backend.DEFAULT_GRPC_PORT,
+    show_default=True,
+    help="Phoenix's OTLP/gRPC.",
+)
 @one_line_errors
 def up(
-    config_path: str | None, model: str | None, port: int | None, detach: bool, timeout: float
+    config_path: str | None,
+    model: str | None,
+    port: int | None,
+    detach: bool,
+    timeout: float,
+    tracing: bool,
+    tracing_port: int,
+    tracing_grpc_port: int,
 ) -> None:
     """Start a local Ray head, deploy every app, print the URLs."""
     from serving import local
 
     config = apply_overrides(load_config(config_path), model, port)
+    if tracing:
+        backend.require_phoenix()  # before minutes of model preparation
     if config.vllm.enabled:
         from serving.engines.vllm_args import check_server_args
 
@@ -123,8 +154,16 @@ def up(
     for model_config in models_to_prepare(config):
         click.echo(f"preparing model '{model_config.ref}' ...")
         resolve_model(model_config.ref, model_config.cache_dir)
+    traces_url, started_tracing = None, False
+    if tracing:
+        config, traces_url, started_tracing = start_tracing(config, tracing_port, tracing_grpc_port)
     click.echo("starting Ray and Serve ...")
-    local.start_ray_head(config)
+    try:
+        local.start_ray_head(config)
+    except BaseException:
+        if started_tracing:  # a reused Phoenix belongs to the platform already running
+            backend.stop_local()
+        raise
     started = time.monotonic()
     try:
         local.connect()
@@ -138,7 +177,7 @@ def up(
         local.shutdown(drain=False)  # nothing was served yet
         raise
     click.echo(f"ready in {time.monotonic() - started:.0f}s")
-    print_ready(ep)
+    print_ready(ep, traces_url)
     if detach:
         click.echo("stop with: llm-serving down")
         return
@@ -174,7 +213,7 @@ def apply(config_path: str, timeout: float) -> None:
     running = local.load_state()
     if running is None:
         raise local.PlatformError("no platform is running here; start one with `llm-serving up`")
-    config = load_config(config_path)
+    config, traces_url = keep_tracing(load_config(config_path))
     local.check_applicable(running, config)
     if config.vllm.enabled:
         from serving.engines.vllm_args import check_server_args
@@ -190,7 +229,26 @@ def apply(config_path: str, timeout: float) -> None:
         local.wait_healthy(url, max(1.0, deadline - time.monotonic()))
     local.save_state(local.endpoints(config))
     click.echo(f"applied in {time.monotonic() - started:.0f}s")
-    print_ready(local.endpoints(config))
+    print_ready(local.endpoints(config), traces_url)
+
+
+def start_tracing(
+    config: PlatformConfig, port: int, grpc_port: int
+) -> tuple[PlatformConfig, str, bool]:
+    """Start the local Phoenix (or reuse ours): the config with its spans sent there, Phoenix's
+    URL and whether it was started now."""
+    click.echo("starting Phoenix (traces) ...")
+    server, started = backend.start_local(port, grpc_port)
+    return backend.with_local_tracing(config, server), server.url, started
+
+
+def keep_tracing(config: PlatformConfig) -> tuple[PlatformConfig, str | None]:
+    """`apply` on a platform started with --tracing keeps sending spans to its Phoenix, so the
+    same file deploys the same app args as `up --tracing` did (no restart)."""
+    server = backend.running_local()
+    if server is None:
+        return config, None
+    return backend.with_local_tracing(config, server), server.url
 
 
 def _interrupt(*_: Any) -> None:
@@ -209,7 +267,7 @@ def wait_for_interrupt() -> None:
 @main.command()
 @one_line_errors
 def down() -> None:
-    """Stop Serve and the local Ray head."""
+    """Stop Serve, the local Ray head and the Phoenix of `up --tracing`."""
     from serving import local
 
     local.shutdown()
@@ -239,12 +297,15 @@ def status(as_json: bool) -> None:
     if "models" in engines.get("vllm", {}):  # the models endpoint: each model's app's health
         engines |= {f"vllm-{name}": h for name, h in engines.pop("vllm")["models"].items()}
     caches = local.prefix_caches(ep.metrics_url)
+    phoenix = backend.running_local()
+    traces_url = phoenix.url if phoenix else None
     if as_json:
         document: dict[str, Any] = {
             "apps": apps,
             "cold": cold,
             "engines": engines,
             "prefix_cache": caches,
+            "traces_url": traces_url,
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -264,6 +325,8 @@ def status(as_json: bool) -> None:
             f"{row['queries']:.0f}"
         )
     click.echo(f"API {ep.api_url}  dashboard {ep.dashboard_url}  metrics {ep.metrics_url}")
+    if traces_url:
+        click.echo(f"traces {traces_url}")
 
 
 ENGINE_DEPLOYMENT = "VLLMServer"
@@ -326,6 +389,7 @@ main.add_command(analyze)
 main.add_command(bench)
 main.add_command(conformance)
 main.add_command(render)
+main.add_command(trace)
 
 if __name__ == "__main__":
     main()

@@ -33,6 +33,7 @@ from serving.ray_access import (
     use_token_auth,
 )
 from serving.ray_env import ray_env
+from serving.tracing.backend import stop_local as stop_local_phoenix
 
 RAY_NAMESPACE = "llm-serving"
 
@@ -318,6 +319,7 @@ def shutdown(drain: bool = True) -> None:
     stop_ray()
     if not drain:  # serve.shutdown stopped them otherwise
         stop_serve_haproxy()
+    stop_local_phoenix()  # the trace backend of `up --tracing`, if it runs
     state_file().unlink(missing_ok=True)
 
 

@@ -4,6 +4,7 @@ console's requests view and `llm-serving trace`. Each span is Phoenix's JSON: na
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,10 +30,11 @@ def read_spans(
     timeout_s: float = 10.0,
 ) -> list[dict[str, Any]]:
     """Spans of `project`, newest first, filtered as Phoenix filters: by trace ids, span names,
-    attribute values (`key:value`, exact) and a lower bound on the start (ISO 8601)."""
+    attribute values (`key:value`, exact string match) and a lower bound on the start (ISO 8601)."""
     params: list[tuple[str, str | int | float | bool | None]] = [("trace_id", t) for t in trace_ids]
     params += [("name", n) for n in names]
-    params += [("attribute", f"{k}:{v}") for k, v in (attributes or {}).items()]
+    # JSON-quoted: Phoenix parses the value as JSON, so an id like "12345" would match numbers only.
+    params += [("attribute", f"{k}:{json.dumps(v)}") for k, v in (attributes or {}).items()]
     if start_time:
         params.append(("start_time", start_time))
     url = f"{query_url}/v1/projects/{project}/spans"
