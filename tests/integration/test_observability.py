@@ -11,11 +11,13 @@ from pathlib import Path
 import httpx
 
 from serving import metrics as m
+from serving.config import parse_config
+from serving.deployments.vllm_server import build_vllm_app
 from serving.engines.vllm_startup import FIRST_REQUEST_SERVED, STARTUP_PHASES
 from serving.ray_access import ray_auth_headers
-from tests.integration.conftest import ROOT, Platform, free_port
+from tests.integration.conftest import MODEL, ROOT, Platform, extra_app, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
-from tests.promql import dashboard_metric_names
+from tests.promql import dashboard_metric_names, promql_metric_names
 
 # Aggregated: earlier tests' extra apps (and their replicas) carry the same labels, so a bare
 # selector may return several series in any order.
@@ -105,6 +107,53 @@ def test_every_metric_the_grafana_dashboard_queries_is_scraped(
         for _ in range(2):
             platform.client().completions.create(model=platform.model, prompt=prompt, max_tokens=1)
         assert missing_series(prom, names, 90) == set()
+
+
+# An app and model no other test names: nothing sends it a request.
+PROBE = "dashboard-probe"
+
+
+def probe_app():
+    model = {"ref": MODEL, "served_name": PROBE, "max_model_len": 1024, "dtype": "float32"}
+    engine = {"kv_cache_memory_gb": 0.25, "max_num_seqs": 4}
+    return build_vllm_app(
+        parse_config({"model": model, "vllm": {"route_prefix": f"/{PROBE}", "engine": engine}})
+    )
+
+
+def panel_exprs(dashboard: dict) -> set[str]:
+    """The dashboard's panel queries, for the probe's model (any engine)."""
+    exprs = {t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])}
+    return {e.replace("$engine", ".*").replace("$model", PROBE) for e in exprs}
+
+
+def exprs_without_probe_series(prom: Prometheus, exprs: set[str], timeout_s: float) -> set[str]:
+    """Queries with no series of the probe (its model or its Serve app) yet, after waiting."""
+    deadline, empty = time.monotonic() + timeout_s, set(exprs)
+    while empty and time.monotonic() < deadline:
+        empty = {e for e in empty if not any(PROBE in r["metric"].values() for r in prom.query(e))}
+        time.sleep(1)
+    return empty
+
+
+def test_a_fresh_replica_gives_every_dashboard_panel_a_series_before_its_first_request(
+    platform: Platform, tmp_path: Path
+) -> None:
+    dashboard = json.loads((ROOT / "helm/llm-serving/dashboards/llm-serving.json").read_text())
+    exprs = panel_exprs(dashboard)
+    # Empty until a request by design: Ray exports no histogram before its first observation
+    # (those panels say "No request yet"), and the probe has no adapter to count.
+    waived = {f"ray_{m.ADAPTER_LOADS}"} | {f"ray_{name}_bucket" for name in m.HISTOGRAMS}
+    expected = {e for e in exprs if not promql_metric_names(e) & waived}
+    assert len(expected) >= 9, expected
+    with (
+        extra_app(PROBE, f"/{PROBE}", probe_app()),
+        running_prometheus(platform.metrics_url, tmp_path, free_port()) as prom,
+    ):
+        assert exprs_without_probe_series(prom, expected, 90) == set()
+        assert prom.value(f'sum(ray_{m.REQUESTS}{{model="{PROBE}"}})') == 0  # nothing hit it
+        hits = prom.value(f'sum(ray_{m.PREFIX_CACHE_HITS}{{model="{PROBE}"}})')
+        assert hits == 0
 
 
 def test_ray_dashboard_lists_the_serve_applications(platform: Platform) -> None:
