@@ -26,7 +26,7 @@ from serving.api.batch_api import batch_app, call_json
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
-from serving.config import ConfigError, PlatformConfig, parse_config
+from serving.config import ROUTER_CONFIGS, ConfigError, PlatformConfig, parse_config
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.standby import leave_standby, standby_env
 from serving.engines.vllm import VLLMEngine, vllm_env
@@ -263,9 +263,12 @@ def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Appli
             "vllm.runtime_adapters: adapters are added at run time only through the model "
             "router, which checks them: serve the model as an entry of `models` instead"
         )
+    # Behind the router, the model's routing policy picks its replicas (as its serve config says).
+    router = {"request_router_config": ROUTER_CONFIGS[deployment.routing]} if behind_router else {}
     server = VLLMServer.options(  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment
         **deployment.replica_options(drain_deadline_s(config)),
         ray_actor_options=replica_actor_options(deployment.resources, replica_env(config)),
+        **router,
     ).bind(config.model_dump(mode="json"), behind_router)
     if behind_router:
         return ModelEntry.bind(server)  # type: ignore[attr-defined]  # @serve.deployment makes it a Deployment

@@ -78,8 +78,10 @@ def engine_cli_args(args: dict[str, Any]) -> list[str]:
 def vllm_peer_command(
     config: PlatformConfig, model_dir: Path, served_name: str, port: int
 ) -> list[str]:
-    # The replica's own options (typed fields + vllm.args), so both servers answer alike.
+    # The replica's own options (typed fields + vllm.args), so both servers answer alike; but
+    # untraced: plain vLLM is the reference a traced platform is measured against.
     args = {**server_options(config, model_dir), "served_model_name": [served_name]}
+    args.pop("otlp_traces_endpoint", None)
     return [
         sys.executable,
         "-m",

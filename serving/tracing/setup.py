@@ -5,12 +5,14 @@ tracing off nothing here runs and OpenTelemetry is not imported."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from serving.tracing_config import TracingConfig
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.trace import Tracer
 
 _tracer: Tracer | None = None  # this process's, once set up
@@ -19,6 +21,30 @@ _tracer: Tracer | None = None  # this process's, once set up
 def tracer() -> Tracer | None:
     """The process's tracer; None while tracing is off (callers then do nothing)."""
     return _tracer
+
+
+def urandom_id(bits: int) -> int:
+    """A non-zero random id from the OS, not from Python's `random` (see os_random_ids)."""
+    while True:
+        value = int.from_bytes(os.urandom(bits // 8), "big")
+        if value:
+            return value
+
+
+def os_random_ids() -> IdGenerator:
+    """Trace and span ids from the OS. OpenTelemetry's default draws them from Python's global
+    `random`, which vLLM seeds (engine.seed, 0): every replica then made the same ids, and the
+    backend kept one span of each id and dropped the rest."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class OsRandomIds(IdGenerator):
+        def generate_span_id(self) -> int:
+            return urandom_id(64)
+
+        def generate_trace_id(self) -> int:
+            return urandom_id(128)
+
+    return OsRandomIds()
 
 
 def resource_attributes(config: TracingConfig, component: str) -> dict[str, str]:
@@ -57,6 +83,7 @@ def start_tracing(config: TracingConfig, component: str) -> Tracer | None:
     provider = TracerProvider(
         resource=Resource.create(resource_attributes(config, component)),
         sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
+        id_generator=os_random_ids(),
     )
     provider.add_span_processor(BatchSpanProcessor(span_exporter(config)))
     trace.set_tracer_provider(provider)
