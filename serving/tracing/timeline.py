@@ -114,17 +114,22 @@ def span_holds(span: Span, moment: float) -> bool:
     return epoch_seconds(span["start_time"]) <= moment <= (epoch_seconds(end) if end else moment)
 
 
+def first_of(key: str, *sources: Span | None) -> Any:
+    """The attribute from the first span that has it: the replica's own span, then the router's
+    decision (which names the replica it chose), for a trace whose replica span is missing."""
+    return next((v for span in sources if span and (v := attribute(span, key)) is not None), None)
+
+
 def engine_timeline(engine: Span, replica: Span | None, decision: Span | None) -> RequestTimeline:
     arrival = epoch_seconds(engine["start_time"])
     queue, prefill = seconds(engine, s.ENGINE_QUEUE_S), seconds(engine, s.ENGINE_PREFILL_S)
     decode = seconds(engine, s.ENGINE_DECODE_S)
     end_time = engine.get("end_time")
-    model = attribute(replica, s.MODEL) if replica else None
     return RequestTimeline(
         request_id=attribute(engine, s.ENGINE_REQUEST_ID),
         trace_id=trace_id(engine),
-        replica=(attribute(replica, s.REPLICA) if replica else None) or UNKNOWN_REPLICA,
-        model=model or attribute(engine, "gen_ai.response.model"),
+        replica=first_of(s.REPLICA, replica, decision) or UNKNOWN_REPLICA,
+        model=first_of(s.MODEL, replica, decision) or attribute(engine, "gen_ai.response.model"),
         arrival=arrival,
         queue_s=queue,
         prefill_s=prefill,

@@ -122,6 +122,17 @@ def test_the_replica_is_found_by_time_when_the_parent_chain_was_not_read() -> No
     assert request_timelines(spans)[0].replica == "rep-a"
 
 
+def test_without_its_replica_span_the_replica_is_the_one_the_router_chose() -> None:
+    spans = [x for x in routed_request("t1", 0, "rep-a") if x["name"] != s.REPLICA_REQUEST]
+    spans[1]["attributes"] |= {s.REPLICA: "rep-z", s.MODEL: "m"}  # the routing decision
+    assert (request_timelines(spans)[0].replica, request_timelines(spans)[0].model) == (
+        "rep-z",
+        "m",
+    )
+    spans.append(routed_request("t1", 0, "rep-a")[2])  # the replica's own span wins
+    assert request_timelines(spans)[0].replica == "rep-a"
+
+
 def test_without_replica_or_router_spans_the_replica_is_unknown_and_no_routing() -> None:
     (timeline,) = request_timelines([engine("t9", "e9", None, 0, **{"gen_ai.response.model": "m"})])
     assert (timeline.replica, timeline.model) == (UNKNOWN_REPLICA, "m")
