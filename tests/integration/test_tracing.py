@@ -7,11 +7,15 @@ replica's span and vLLM's engine span, nested in time within what the client mea
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -22,6 +26,7 @@ from serving.deployments.vllm_server import build_vllm_app
 from serving.tracing import spans
 from serving.tracing.backend import Phoenix
 from serving.tracing.phoenix import read_spans
+from tests.integration.chromium import chromium
 from tests.integration.conftest import MODEL, Platform, extra_apps
 from tests.integration.phoenix import running_phoenix
 
@@ -233,3 +238,82 @@ def test_an_unsampled_client_trace_leaves_no_spans_and_no_header_starts_one(
     assert root["parent_id"] is None
     # ...exported after the unsampled one was sent: that one left nothing.
     assert read_spans(traced.phoenix.url, PROJECT, trace_ids=[trace_id]) == []
+
+
+# --- The console's requests view over the spans of a c8 run ---------------------------------------
+
+C8 = 8
+C8_TOKENS = 32  # every request still decodes when the last one arrives (c8: arrivals within ~10 ms)
+
+
+def c8_run(traced: Traced) -> list[str]:
+    """8 chats sent at once (released together by a barrier): their response ids."""
+    start = threading.Barrier(C8)
+
+    def chat(n: int) -> str:
+        client = traced.client()
+        start.wait(timeout=60)
+        done = client.chat.completions.create(
+            model=TRACED_MODEL,
+            messages=[{"role": "user", "content": f"Tell a story about the number {n}."}],
+            max_tokens=C8_TOKENS,
+            extra_body={"ignore_eos": True},
+        )
+        return done.id
+
+    with ThreadPoolExecutor(C8) as pool:
+        return list(pool.map(chat, range(C8)))
+
+
+def route_has(analysis: httpx.Client, ids: set[str]) -> dict[str, Any]:
+    """GET /requests?limit=8 once it answers the c8 run's requests (bounded wait for the export)."""
+    deadline = time.monotonic() + EXPORT_WAIT_S
+    while True:
+        body = analysis.get("/requests", params={"limit": C8}).json()
+        if {r["request_id"] for r in body["requests"]} == ids or time.monotonic() > deadline:
+            return body
+        time.sleep(1.0)
+
+
+def test_the_consoles_requests_view_draws_a_c8_run_batched_on_its_replicas(
+    traced: Traced,
+) -> None:
+    ids = set(c8_run(traced))
+    with httpx.Client(base_url=traced.analysis_url, timeout=60) as analysis:
+        body = route_has(analysis, ids)
+    assert {r["request_id"] for r in body["requests"]} == ids
+    replicas = {r["replica"] for r in body["requests"]}
+    assert "unknown" not in replicas and set(body["replicas"]) == replicas
+    with chromium() as page:
+        page.goto(traced.analysis_url)
+        page.wait_for("window.analysisConsole.requests !== null")
+        page.type_into("#requests input[name=limit]", str(C8))
+        page.click("#requests button")
+        page.wait_for(f"window.analysisConsole.requests?.limit === {C8}")
+        bars = page.wait_for(
+            "(b => b.length && b.map(x => ({id: x.dataset.requestId, replica: x.dataset.replica,"
+            " start: +x.dataset.start, end: +x.dataset.end, title: x.querySelector('title')"
+            ".textContent, segments: [...x.querySelectorAll('rect.segment')]"
+            ".map(r => [r.classList[1], +r.getAttribute('width')])})))"
+            "([...document.querySelectorAll('#requests g.bar')])"
+        )
+        lanes = page.evaluate(
+            "[...document.querySelectorAll('#requests g.lane')].map(l => [l.dataset.replica,"
+            " l.querySelector('.lane-label').textContent, l.querySelectorAll('g.bar').length])"
+        )
+        if shots := os.environ.get("LLM_SERVING_SCREENSHOTS"):
+            page.screenshot("#requests", Path(shots) / "requests.png")
+    # One bar per request, each split into its three phases, with every token it decoded.
+    assert len(bars) == C8 and {bar["id"] for bar in bars} == ids
+    for bar in bars:
+        assert [name for name, _ in bar["segments"]] == ["queue", "prefill", "decode"]
+        assert dict(bar["segments"])["decode"] > 0
+        assert "routed by power_of_two" in bar["title"]
+        assert f"{C8_TOKENS} completion" in bar["title"]
+    # Continuous batching: every request was still running when the last one arrived.
+    assert max(bar["start"] for bar in bars) < min(bar["end"] for bar in bars)
+    # A lane per replica that served them, named by its id, holding that replica's bars.
+    assert {name for name, _, _ in lanes} == replicas
+    assert all(label == name for name, label, _ in lanes)
+    served = {name: sum(bar["replica"] == name for bar in bars) for name in replicas}
+    assert {name: count for name, _, count in lanes} == served
