@@ -29,14 +29,17 @@ def read_spans(
     limit: int = PAGE,
     timeout_s: float = 10.0,
 ) -> list[dict[str, Any]]:
-    """Spans of `project`, newest first, filtered as Phoenix filters: by trace ids, span names,
-    attribute values (`key:value`, exact string match) and a lower bound on the start (ISO 8601)."""
+    """Spans of `project`, the latest started first, filtered as Phoenix filters: by trace ids,
+    span names, attribute values (`key:value`, exact string match) and a lower bound on the start (ISO 8601)."""
     params: list[tuple[str, str | int | float | bool | None]] = [("trace_id", t) for t in trace_ids]
     params += [("name", n) for n in names]
     # JSON-quoted: Phoenix parses the value as JSON, so an id like "12345" would match numbers only.
     params += [("attribute", f"{k}:{json.dumps(v)}") for k, v in (attributes or {}).items()]
     if start_time:
         params.append(("start_time", start_time))
+    # Newest by start, not by arrival at Phoenix: a replica exports its batch of spans up to
+    # seconds after another, and the last N requests are the last N that started.
+    params += [("sort", "start_time"), ("order", "desc")]
     url = f"{query_url}/v1/projects/{project}/spans"
     spans: list[dict[str, Any]] = []
     cursor = None

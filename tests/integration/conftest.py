@@ -20,6 +20,8 @@ import yaml
 from filelock import FileLock
 
 from serving.ray_access import single_machine, use_token_auth
+from serving.tracing.backend import Phoenix
+from tests.integration.phoenix import running_phoenix
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "serving.cli"]
@@ -154,6 +156,14 @@ def plain_vllm(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> 
     log_path = tmp_path_factory.mktemp("plain-vllm") / "server.log"
     with vllm_peer(load_config(platform.config_path), platform.model, log_path) as target:
         yield target.base_url
+
+
+@pytest.fixture(scope="session")
+def phoenix() -> Iterator[Phoenix]:
+    """One real Phoenix (free loopback ports, a temp folder) for the session's tracing tests:
+    each test module sends its spans to a project of its own."""
+    with running_phoenix() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

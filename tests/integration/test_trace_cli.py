@@ -7,7 +7,6 @@ platform: Phoenix on free ports, so this runs beside one."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -20,7 +19,7 @@ from serving.tracing import spans as s
 from serving.tracing.backend import Phoenix
 from serving.tracing.phoenix import read_spans
 from tests.integration.conftest import run_cli
-from tests.integration.phoenix import free_port, is_loopback, listening_addresses, running_phoenix
+from tests.integration.phoenix import free_port, is_loopback, listening_addresses
 
 PROJECT = "trace-cli-test"
 ENGINE_ID = "chatcmpl-forensics-1"
@@ -97,12 +96,6 @@ def wait_for_spans(url: str, trace_id: str, count: int, timeout_s: float = 30.0)
     while len(read_spans(url, PROJECT, trace_ids=[trace_id])) < count:
         assert time.monotonic() < deadline, f"Phoenix holds no {count} spans of {trace_id}"
         time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def phoenix() -> Iterator[Phoenix]:
-    with running_phoenix() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

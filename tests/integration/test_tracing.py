@@ -28,7 +28,6 @@ from serving.tracing.backend import Phoenix
 from serving.tracing.phoenix import read_spans
 from tests.integration.chromium import chromium
 from tests.integration.conftest import MODEL, Platform, extra_apps
-from tests.integration.phoenix import running_phoenix
 
 ROUTER, ROUTER_PREFIX = "traced-router", "/traced"
 ANALYSIS_PREFIX = "/traced-analysis"
@@ -92,14 +91,13 @@ def traced_apps(phoenix: Phoenix) -> tuple[list[tuple[str, str | None, Any]], An
 
 
 @pytest.fixture(scope="module")
-def traced(platform: Platform) -> Iterator[Traced]:
-    with running_phoenix() as phoenix:
-        apps, analysis = traced_apps(phoenix)
-        analysis_app = ("traced-analysis", ANALYSIS_PREFIX, build_analysis_app(analysis))
-        with extra_apps([*apps, analysis_app]):
-            yield Traced(
-                phoenix, f"{platform.url}{ROUTER_PREFIX}/v1", f"{platform.url}{ANALYSIS_PREFIX}"
-            )
+def traced(platform: Platform, phoenix: Phoenix) -> Iterator[Traced]:
+    apps, analysis = traced_apps(phoenix)
+    analysis_app = ("traced-analysis", ANALYSIS_PREFIX, build_analysis_app(analysis))
+    with extra_apps([*apps, analysis_app]):
+        yield Traced(
+            phoenix, f"{platform.url}{ROUTER_PREFIX}/v1", f"{platform.url}{ANALYSIS_PREFIX}"
+        )
 
 
 def traceparent() -> tuple[str, str, str]:
