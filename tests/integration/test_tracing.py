@@ -264,11 +264,13 @@ def c8_run(traced: Traced) -> list[str]:
 
 
 def route_has(analysis: httpx.Client, ids: set[str]) -> dict[str, Any]:
-    """GET /requests?limit=8 once it answers the c8 run's requests (bounded wait for the export)."""
+    """GET /requests?limit=8 once it answers the c8 run's requests with their routing decisions
+    (bounded wait: the router and each replica export their spans on their own)."""
     deadline = time.monotonic() + EXPORT_WAIT_S
     while True:
         body = analysis.get("/requests", params={"limit": C8}).json()
-        if {r["request_id"] for r in body["requests"]} == ids or time.monotonic() > deadline:
+        found = {r["request_id"] for r in body["requests"] if r["routing_policy"]}
+        if found == ids or time.monotonic() > deadline:
             return body
         time.sleep(1.0)
 
