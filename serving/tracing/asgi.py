@@ -15,6 +15,9 @@ from serving.tracing import spans
 from serving.tracing.setup import context_of, traceparent_of
 
 TRACE_HEADERS = (b"traceparent", b"tracestate")
+# Probes and scrapes, polled every second or so: a span each would bury the requests (as
+# OpenTelemetry's own HTTP instrumentations leave out such paths by configuration).
+UNTRACED_PATHS = frozenset({"/health", "/metrics", "/ping", "/version"})
 
 
 def trace_headers(scope: Scope) -> dict[str, str]:
@@ -50,7 +53,7 @@ class TracedRequests:
         self.attributes = attributes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or route_path(scope) in UNTRACED_PATHS:
             await self.app(scope, receive, send)
             return
         from opentelemetry.trace import SpanKind
@@ -79,6 +82,12 @@ class TracedRequests:
 
             scope = with_trace_headers(scope, traceparent_of(span))
             await self.app(scope, receive, traced_send)
+
+
+def route_path(scope: Scope) -> str:
+    """The path inside the app (Serve passes the route prefix as root_path and in the path)."""
+    path, root = scope.get("path", "/"), scope.get("root_path", "")
+    return (path[len(root) :] if root and path.startswith(root) else path) or "/"
 
 
 def header(scope: Scope, name: bytes) -> str | None:

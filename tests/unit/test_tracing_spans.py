@@ -100,6 +100,21 @@ def test_an_unsampled_client_trace_records_nothing_and_stays_unsampled(exported:
     )
 
 
+def test_probes_and_scrapes_are_not_traced(exported: Any) -> None:
+    tracer, exporter = exported
+    app = TracedRequests(inner_app([]), tracer, spans.REPLICA_REQUEST, {})
+    for path in ("/health", "/metrics"):
+        scope = {"type": "http", "method": "GET", "path": f"/m{path}", "root_path": "/m"}
+
+        async def run(scope: Any = scope) -> None:
+            [_ async for _ in run_asgi(app, {**scope, "headers": []}, b"")]
+
+        asyncio.run(run())
+    assert exporter.get_finished_spans() == ()
+    call(app, [])  # the API routes are
+    assert len(exporter.get_finished_spans()) == 1
+
+
 def test_a_request_without_a_trace_starts_one(exported: Any) -> None:
     tracer, exporter = exported
     seen: list[dict[str, str]] = []
