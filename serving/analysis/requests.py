@@ -32,7 +32,8 @@ TRACING_OFF = (
 
 
 def tracing_off_error() -> APIError:
-    return APIError(TRACING_OFF, status=503, code="tracing_off")
+    """Not a failure of the server: the view is off, as the adapter routes are when off (404)."""
+    return APIError(TRACING_OFF, status=404, code="tracing_off", kind="NotFoundError")
 
 
 def backend_error(query_url: str, err: TraceBackendError) -> APIError:

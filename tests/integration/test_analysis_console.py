@@ -275,7 +275,7 @@ def test_platform_page_says_how_to_turn_tracing_on_in_the_requests_panel(
     with chromium() as page:
         page.goto(f"{platform.url}/analysis")
         said = page.wait_for(
-            "(m => !m.hidden && m.textContent.startsWith('503') && m.textContent)"
+            "(m => !m.hidden && m.textContent.startsWith('404') && m.textContent)"
             "(document.querySelector('#requests .message'))"
         )
         assert "tracing is off" in said and "llm-serving up --tracing" in said

@@ -92,7 +92,8 @@ def test_every_routing_policy_and_the_model_defaults_render_as_python() -> None:
     rayservice, platform = render({**NO_VLLM_DEFAULTS, "models": models, "auth": auth})
     assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config_v2(platform)
     apps = serve_apps(rayservice)
-    assert "request_router_config" not in apps["vllm-m-power_of_two"]["deployments"][0]
+    power_of_two = apps["vllm-m-power_of_two"]["deployments"][0]["request_router_config"]
+    assert power_of_two == ROUTER_CONFIGS["power_of_two"]  # Serve's own, its decisions traced
     assert apps["vllm-plain"]["args"]["auth"] == auth  # written shared sections reach each model
 
 

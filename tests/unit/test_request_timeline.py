@@ -252,11 +252,11 @@ def test_a_bad_query_is_a_400_in_the_openai_shape(params: dict) -> None:
     assert phoenix.queries == []
 
 
-def test_tracing_off_is_a_503_that_says_how_to_turn_it_on() -> None:
+def test_tracing_off_is_a_404_that_says_how_to_turn_it_on() -> None:
     phoenix = FakePhoenix([])
     response = requests_api(TracingConfig(), phoenix).get("/requests")
     error = response.json()["error"]
-    assert response.status_code == 503 and error["code"] == "tracing_off"
+    assert response.status_code == 404 and error["code"] == "tracing_off"
     assert (
         "llm-serving up --tracing" in error["message"] and "tracing.query_url" in error["message"]
     )
@@ -275,4 +275,4 @@ def test_the_analysis_app_answers_tracing_off_without_a_tracing_config() -> None
     tiny = load_analysis_model(resolve_model("tiny-qwen2"), "float32")
     api = TestClient(build_analysis_api(*tiny, AnalysisDeploymentConfig(), "tiny-qwen2"))
     response = api.get("/requests")
-    assert response.status_code == 503 and response.json()["error"]["code"] == "tracing_off"
+    assert response.status_code == 404 and response.json()["error"]["code"] == "tracing_off"

@@ -6,7 +6,7 @@ const KEY_STORAGE = "llm-serving-analysis-key";
 const BASE = location.pathname.replace(/\/+$/, ""); // the app's route prefix, e.g. /analysis
 const KV_DELAY_MS = 150; // typing pause before the calculator asks the route
 const state = { arch: null, kvAsked: 0, charts: {}, requests: null };
-const TRACE_ERRORS = new Set(["tracing_off", "trace_backend_unavailable"]); // 503s that say why
+const TRACE_ERRORS = new Set(["trace_backend_unavailable"]); // a 503 that says why
 window.analysisConsole = state; // the browser tests read the drawn chart from here
 
 function $(selector, root = document) { return root.querySelector(selector); }
