@@ -33,6 +33,7 @@ from starlette.datastructures import Headers
 
 from serving.tracing import spans
 from serving.tracing.decisions import note_decision, record_decision
+from serving.tracing.setup import tracer
 
 SESSION_HEADER = "x-session-id"
 NO_TEXT = "\0"  # what the prefix router matches for a request without text
@@ -120,6 +121,8 @@ class TracedDecisions:
         super().on_request_routed(pending_request, replica_id, result)  # type: ignore[misc]  # the router class this mixes into has it
 
     def trace_decision(self, pending_request: Any, replica_id: Any) -> None:
+        if tracer() is None:  # tracing off: nothing more per placed request
+            return
         candidates = len(getattr(self, "curr_replicas", None) or {})
         record_decision(
             self.policy, pending_request, replica_id, candidates, hint_of(pending_request)

@@ -11,6 +11,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.api.auth import route_path
 from serving.tracing import spans
 from serving.tracing.setup import context_of, traceparent_of
 
@@ -82,12 +83,6 @@ class TracedRequests:
 
             scope = with_trace_headers(scope, traceparent_of(span))
             await self.app(scope, receive, traced_send)
-
-
-def route_path(scope: Scope) -> str:
-    """The path inside the app (Serve passes the route prefix as root_path and in the path)."""
-    path, root = scope.get("path", "/"), scope.get("root_path", "")
-    return (path[len(root) :] if root and path.startswith(root) else path) or "/"
 
 
 def header(scope: Scope, name: bytes) -> str | None:
