@@ -22,7 +22,7 @@ from openai.types import Batch
 
 from serving.state.batch_lines import dump, output_line
 from serving.state.batches import RUNNING, BatchAPIError, Batches
-from serving.state.store import OWNER_STALE_S, Line
+from serving.state.line_store import OWNER_STALE_S, Line
 
 logger = logging.getLogger(__name__)
 

@@ -293,6 +293,7 @@ class Batches:
         if not self.move(updated(batch, update), expected):
             return False
         self.unpin(batch)
+        self.store.delete_lines(batch.id)  # the files hold the results; the move was the last read
         return True
 
     def unpin(self, batch: Batch) -> None:

@@ -11,74 +11,29 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
-    Column,
     Connection,
     Engine,
-    Float,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
     and_,
     create_engine,
     delete,
     event,
     func,
-    insert,
     or_,
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.elements import ColumnElement
 
 from serving.models import cache_root
+from serving.state.line_store import LineStore
+from serving.state.tables import alive, batch_lines, metadata, records, upsert
 from serving.state_config import StateConfig
 
-metadata = MetaData()
-records = Table(
-    "records",
-    metadata,
-    Column("kind", String(32), primary_key=True),
-    Column("id", String(128), primary_key=True),
-    Column("body", LargeBinary, nullable=False),
-    Column("size", Integer, nullable=False),
-    Column("tag", String(32), nullable=True),  # a batch's status, to find the running ones
-    Column("pinned", Boolean, nullable=False, default=False),
-    Column("created_at", Float, nullable=False),
-    Column("expires_at", Float, nullable=False, index=True),
-)
-batch_lines = Table(
-    "batch_lines",
-    metadata,
-    Column("batch_id", String(128), primary_key=True),
-    Column("line", Integer, primary_key=True),
-    Column("model", String(256), nullable=False),
-    Column("request", Text, nullable=False),
-    Column("state", String(16), nullable=False, index=True),  # pending | claimed | done
-    Column("owner", String(128), nullable=True),
-    Column("ok", Boolean, nullable=True),
-    Column("result", Text, nullable=True),
-)
-owners = Table(
-    "owners",
-    metadata,
-    Column("id", String(128), primary_key=True),
-    Column("seen_at", Float, nullable=False),
-)
-
-OWNER_STALE_S = 15.0  # a runner that has not beaten for this long is gone: its lines go back
 EVICT_EVERY_S = 10.0
 
 
@@ -126,22 +81,6 @@ def create_tables(engine: Engine) -> None:
                 raise
 
 
-def upsert(engine: Engine, table: Table, values: dict[str, Any], update_keys: list[str]) -> Any:
-    """INSERT ... ON CONFLICT DO UPDATE: one statement, so concurrent writers of one new key
-    never collide (an UPDATE-then-INSERT lets two of them INSERT)."""
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(table).values(**values)
-    keys = [column.name for column in table.primary_key]
-    return statement.on_conflict_do_update(
-        index_elements=keys, set_={key: statement.excluded[key] for key in update_keys}
-    )
-
-
-def alive(now: float) -> ColumnElement[bool]:
-    """Not expired, or pinned (a running batch's records outlive their TTL until unpinned)."""
-    return or_(records.c.expires_at > now, records.c.pinned.is_(True))
-
-
 def sqlite_pragmas(connection: Any, _record: Any) -> None:
     """WAL: readers in other replicas' processes do not block a writer."""
     cursor = connection.cursor()
@@ -150,15 +89,7 @@ def sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-@dataclass(frozen=True)
-class Line:
-    batch_id: str
-    line: int
-    model: str
-    request: str
-
-
-class Store:
+class Store(LineStore):
     def __init__(self, config: StateConfig, engine: Engine | None = None) -> None:
         self.ttl_s = config.ttl_s
         self.max_bytes = config.max_bytes
@@ -284,132 +215,6 @@ class Store:
     def _over_cap(self, conn: Connection) -> int:
         total = conn.execute(select(func.coalesce(func.sum(records.c.size), 0))).scalar_one()
         return int(total) - self.max_bytes
-
-    # -- batch lines ----------------------------------------------------------------------------
-
-    def add_lines(self, batch_id: str, lines: list[tuple[int, str, str]]) -> None:
-        """A batch's requests: (line number, model, request JSON), all pending."""
-        rows = [
-            {
-                "batch_id": batch_id,
-                "line": n,
-                "model": model,
-                "request": request,
-                "state": "pending",
-            }
-            for n, model, request in lines
-        ]
-        with self.engine.begin() as conn:
-            if rows:
-                conn.execute(insert(batch_lines), rows)
-
-    def beat(self, owner: str) -> None:
-        """A runner is alive; its claimed lines stay its own."""
-        with self.engine.begin() as conn:
-            conn.execute(
-                upsert(self.engine, owners, {"id": owner, "seen_at": time.time()}, ["seen_at"])
-            )
-
-    def claim(self, batch_id: str, models: set[str], owner: str, count: int) -> list[Line]:
-        """Up to `count` lines of the batch for these models that are pending or held by a
-        runner that is gone, now held by `owner`. Each is taken by a compare-and-set, so two
-        runners never hold one line."""
-        stale = select(owners.c.id).where(owners.c.seen_at < time.time() - OWNER_STALE_S)
-        free = or_(
-            batch_lines.c.state == "pending",
-            and_(
-                batch_lines.c.state == "claimed",
-                or_(
-                    batch_lines.c.owner.in_(stale),
-                    batch_lines.c.owner.not_in(select(owners.c.id)),
-                ),
-            ),
-        )
-        query = (
-            select(
-                batch_lines.c.line,
-                batch_lines.c.model,
-                batch_lines.c.request,
-                batch_lines.c.state,
-                batch_lines.c.owner,
-            )
-            .where(batch_lines.c.batch_id == batch_id, batch_lines.c.model.in_(models), free)
-            .order_by(batch_lines.c.line)
-            .limit(count)
-        )
-        taken = []
-        with self.engine.begin() as conn:
-            for line, model, request, state, old_owner in list(conn.execute(query)):
-                same = and_(
-                    batch_lines.c.batch_id == batch_id,
-                    batch_lines.c.line == line,
-                    batch_lines.c.state == state,
-                    batch_lines.c.owner.is_(None)
-                    if old_owner is None
-                    else batch_lines.c.owner == old_owner,
-                )
-                took = conn.execute(
-                    update(batch_lines).where(same).values(state="claimed", owner=owner)
-                ).rowcount
-                if took:
-                    taken.append(Line(batch_id, line, model, request))
-        return taken
-
-    def finish(self, batch_id: str, line: int, ok: bool, result: str) -> bool:
-        """A line's one result; False if it already had one (never two lines for one)."""
-        where = and_(
-            batch_lines.c.batch_id == batch_id,
-            batch_lines.c.line == line,
-            batch_lines.c.state != "done",
-        )
-        with self.engine.begin() as conn:
-            values = {"state": "done", "ok": ok, "result": result}
-            return bool(conn.execute(update(batch_lines).where(where).values(**values)).rowcount)
-
-    def release(self, batch_id: str, line: int, owner: str) -> None:
-        """Give a claimed line back (its runner stopped before it ran)."""
-        where = and_(
-            batch_lines.c.batch_id == batch_id,
-            batch_lines.c.line == line,
-            batch_lines.c.state == "claimed",
-            batch_lines.c.owner == owner,
-        )
-        with self.engine.begin() as conn:
-            conn.execute(update(batch_lines).where(where).values(state="pending", owner=None))
-
-    def line_counts(self, batch_id: str) -> dict[str, int]:
-        """Lines by state: pending, claimed, completed (done and ok), failed (done, not ok)."""
-        query = (
-            select(batch_lines.c.state, batch_lines.c.ok, func.count())
-            .where(batch_lines.c.batch_id == batch_id)
-            .group_by(batch_lines.c.state, batch_lines.c.ok)
-        )
-        counts = {"pending": 0, "claimed": 0, "completed": 0, "failed": 0}
-        with self.engine.connect() as conn:
-            for state, ok, n in conn.execute(query):
-                key = state if state != "done" else ("completed" if ok else "failed")
-                counts[key] += n
-        return counts
-
-    def results(self, batch_id: str) -> Iterator[tuple[int, bool, str]]:
-        """Every finished line's (line, ok, result), in line order."""
-        query = (
-            select(batch_lines.c.line, batch_lines.c.ok, batch_lines.c.result)
-            .where(batch_lines.c.batch_id == batch_id, batch_lines.c.state == "done")
-            .order_by(batch_lines.c.line)
-        )
-        with self.engine.connect() as conn:
-            yield from conn.execute(query)
-
-    def unfinished(self, batch_id: str) -> list[tuple[int, str]]:
-        """Lines without a result: (line, request JSON)."""
-        query = (
-            select(batch_lines.c.line, batch_lines.c.request)
-            .where(batch_lines.c.batch_id == batch_id, batch_lines.c.state != "done")
-            .order_by(batch_lines.c.line)
-        )
-        with self.engine.connect() as conn:
-            return [(line, request) for line, request in conn.execute(query)]
 
 
 _stores: dict[str, Store] = {}

@@ -15,7 +15,8 @@ from sqlalchemy import update
 from serving.state import batches as batches_module
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import BatchAPIError, Batches
-from serving.state.store import Store, owners
+from serving.state.store import Store
+from serving.state.tables import owners
 from serving.state_config import BatchSettings, StateConfig
 
 CHAT = "/v1/chat/completions"
@@ -109,6 +110,8 @@ async def test_a_batch_runs_every_line_once_and_ends_completed(batches: Batches)
     assert batch.request_counts is not None and batch.output_file_id is not None
     assert batch.request_counts.model_dump() == {"total": 9, "completed": 7, "failed": 2}
     assert batch.completed_at and batch.in_progress_at and batch.finalizing_at
+    # the lines are gone once the files hold their results (they count toward no cap)
+    assert sum(batches.store.line_counts(id).values()) == 0
     done = output(batches, batch.output_file_id)
     assert [row["custom_id"] for row in done] == [f"c{n}" for n in range(7)]
     assert all(row["response"]["status_code"] == 200 and row["error"] is None for row in done)

@@ -1,5 +1,5 @@
 """The platform's store on both backends: SQLite (a temp file) and a real PostgreSQL server
-(tests/postgres.py) reached with a password from the environment. Time is the store module's
+(tests/postgres.py) reached with a password from the environment. Time is the store modules'
 clock, set by the test, so TTLs and stale runners need no waiting."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from serving.state import line_store
 from serving.state import store as store_module
-from serving.state.store import Store, metadata
+from serving.state.store import Store
+from serving.state.tables import metadata
 from serving.state_config import StateConfig
 from tests.postgres import Postgres
 
@@ -32,6 +34,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
     monkeypatch.setattr(store_module, "time", clock)
+    monkeypatch.setattr(line_store, "time", clock)
     return clock
 
 
@@ -170,10 +173,10 @@ def test_a_gone_runners_lines_are_reclaimed(store: Store, clock: Clock) -> None:
     store.add_lines("b", [(n, "m", "{}") for n in range(3)])
     store.beat("gone")
     assert len(store.claim("b", {"m"}, "gone", 3)) == 3
-    clock.now += store_module.OWNER_STALE_S / 2
+    clock.now += line_store.OWNER_STALE_S / 2
     store.beat("alive")
     assert store.claim("b", {"m"}, "alive", 3) == []  # "gone" beat recently: still its lines
-    clock.now += store_module.OWNER_STALE_S
+    clock.now += line_store.OWNER_STALE_S
     store.beat("alive")
     assert [line.line for line in store.claim("b", {"m"}, "alive", 3)] == [0, 1, 2]
 
