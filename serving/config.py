@@ -240,7 +240,8 @@ class PlatformConfig(StrictModel):
         App("serving.deployments.vllm_server:vllm_app", "VLLMServer", state=True, traced=True),
     ] = Field(default_factory=VLLMDeploymentConfig, description="The vLLM application.")
     hf: Annotated[
-        HFDeploymentConfig, App("serving.deployments.hf_baseline:hf_app", "HFBaseline")
+        HFDeploymentConfig,
+        App("serving.deployments.hf_baseline:hf_app", "HFBaseline", traced=True),
     ] = Field(
         default_factory=HFDeploymentConfig, description="The transformers baseline application."
     )

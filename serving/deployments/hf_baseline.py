@@ -1,7 +1,9 @@
 """The transformers baseline deployment: the same OpenAI routes as the vLLM app (`/hf/v1/...`),
 served by `HFEngine`. The replica runs one job at a time, so Serve bounds what it accepts
 (`max_ongoing_requests`) and what waits for it (`max_queued_requests`); beyond that Serve's proxy
-answers 503 with `Retry-After` instead of queueing without bound."""
+answers 503 with `Retry-After` instead of queueing without bound. With tracing on, each request
+is a `replica.request` span (the caller's trace continued), as at a vLLM replica; the baseline has
+no engine span below it."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from serving.engines.hf import HFEngine
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
 from serving.ray_env import drain_deadline_s
+from serving.tracing import spans
+from serving.tracing.asgi import TracedRequests
+from serving.tracing.setup import start_tracing
 
 
 @serve.deployment(name="HFBaseline", health_check_period_s=10, health_check_timeout_s=30)
@@ -35,20 +40,34 @@ class HFBaseline(EngineReplica):
             use_all_cpu_cores()  # Ray would hold torch to one thread
         # Loading takes seconds; off the loop so the replica's event loop stays responsive.
         self.engine = await asyncio.to_thread(HFEngine.load, self.config, model_dir)
-        replica = serve.get_replica_context().replica_id.unique_id
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.metrics = PlatformMetrics(
-            MetricLabels("hf", self.config.model.name, "HFBaseline", replica)
+            MetricLabels("hf", self.config.model.name, "HFBaseline", self.replica_id)
         )
+        self.tracer = start_tracing(self.config.tracing, "replica")
         self._publisher = asyncio.create_task(publish_engine_stats(self.engine.stats, self.metrics))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_openai_app(
+        app = build_openai_app(
             self.engine,
             title="llm-serving (transformers baseline)",
             metrics=self.metrics,
             limits=self.config.limits,
             keys=key_ring(self.config.auth),
         )
+        if self.tracer is not None:  # outermost: the span holds the key check and the limits
+            attributes = {
+                spans.COMPONENT: "replica",
+                spans.MODEL: self.config.model.name,
+                spans.REPLICA: self.replica_id,
+            }
+            app.add_middleware(
+                TracedRequests,
+                tracer=self.tracer,
+                name=spans.REPLICA_REQUEST,
+                attributes=attributes,
+            )
+        return app
 
 
 def build_hf_app(config: PlatformConfig) -> Application:

@@ -2,7 +2,8 @@
 into the session platform with tracing on, exporting to a real Phoenix (tests/integration/
 phoenix.py), read back through Phoenix's span API. A client's `traceparent` continues into the
 platform: each request is one trace holding the router's span, its routing decision, the
-replica's span and vLLM's engine span, nested in time within what the client measured."""
+replica's span and vLLM's engine span, nested in time within what the client measured. The
+transformers baseline, traced too, continues the client's trace with its replica's span."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 from serving.config import parse_config
 from serving.deployments.analysis import build_analysis_app
+from serving.deployments.hf_baseline import build_hf_app
 from serving.deployments.model_router import build_router_app
 from serving.deployments.vllm_server import build_vllm_app
 from serving.tracing import spans
@@ -31,6 +33,7 @@ from tests.integration.conftest import MODEL, Platform, extra_apps
 
 ROUTER, ROUTER_PREFIX = "traced-router", "/traced"
 ANALYSIS_PREFIX = "/traced-analysis"
+HF_PREFIX = "/traced-hf"
 TRACED_MODEL = "traced"
 PROJECT = "llm-serving-tests"
 ENGINE = {"kv_cache_memory_gb": 0.25, "max_num_seqs": 8, "engine_core": "inprocess"}
@@ -54,6 +57,7 @@ class Traced:
     phoenix: Phoenix
     base_url: str  # the router's OpenAI base URL
     analysis_url: str
+    hf_url: str  # the traced transformers baseline's OpenAI base URL
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0)
@@ -87,7 +91,12 @@ def traced_apps(phoenix: Phoenix) -> tuple[list[tuple[str, str | None, Any]], An
     analysis = parse_config(
         {"model": model, "analysis": {"route_prefix": ANALYSIS_PREFIX}, "tracing": tracing}
     )
-    return [*models, (ROUTER, ROUTER_PREFIX, build_router_app(config))], analysis
+    hf = parse_config({"model": model, "hf": {"route_prefix": HF_PREFIX}, "tracing": tracing})
+    return [
+        *models,
+        (ROUTER, ROUTER_PREFIX, build_router_app(config)),
+        ("traced-hf", HF_PREFIX, build_hf_app(hf)),
+    ], analysis
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +105,10 @@ def traced(platform: Platform, phoenix: Phoenix) -> Iterator[Traced]:
     analysis_app = ("traced-analysis", ANALYSIS_PREFIX, build_analysis_app(analysis))
     with extra_apps([*apps, analysis_app]):
         yield Traced(
-            phoenix, f"{platform.url}{ROUTER_PREFIX}/v1", f"{platform.url}{ANALYSIS_PREFIX}"
+            phoenix,
+            f"{platform.url}{ROUTER_PREFIX}/v1",
+            f"{platform.url}{ANALYSIS_PREFIX}",
+            f"{platform.url}{HF_PREFIX}/v1",
         )
 
 
@@ -236,6 +248,28 @@ def test_an_unsampled_client_trace_leaves_no_spans_and_no_header_starts_one(
     assert root["parent_id"] is None
     # ...exported after the unsampled one was sent: that one left nothing.
     assert read_spans(traced.phoenix.url, PROJECT, trace_ids=[trace_id]) == []
+
+
+def test_the_baselines_span_continues_the_clients_trace(traced: Traced) -> None:
+    trace_id, span_id, header = traceparent()
+    client = openai.OpenAI(base_url=traced.hf_url, api_key="unused", max_retries=0)
+    sent = time.time()
+    client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        extra_headers={"traceparent": header},
+    )
+    done = time.time()
+    replica = only(
+        traced.spans_of(trace_id, frozenset({spans.REPLICA_REQUEST})), spans.REPLICA_REQUEST
+    )
+    assert replica["parent_id"] == span_id
+    assert replica["attributes"][spans.HTTP_STATUS] == 200
+    assert replica["attributes"][spans.MODEL] == MODEL
+    assert replica["attributes"][spans.URL_PATH].endswith("/v1/chat/completions")
+    assert sent - CLOCK_S <= seconds(replica["start_time"]) <= seconds(replica["end_time"])
+    assert seconds(replica["end_time"]) <= done + CLOCK_S
 
 
 # --- The console's requests view over the spans of a c8 run ---------------------------------------

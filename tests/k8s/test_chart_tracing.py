@@ -44,9 +44,11 @@ def serve_apps(docs: list[Doc]) -> dict[str, Doc]:
 
 
 def traced_apps(platform: PlatformConfig) -> set[str]:
-    """The serve apps that read platform.tracing: the registry's traced apps, and with `models`
-    the router in the vllm app's place and every model's app."""
-    names = {app.name for app in apps_of(platform) if app.traced}
+    """The serve apps that read platform.tracing: the registry's traced apps that are enabled,
+    and with `models` the router in the vllm app's place and every model's app."""
+    names = {
+        app.name for app in apps_of(platform) if app.traced and getattr(platform, app.name).enabled
+    }
     if platform.models and "vllm" in names:
         names |= {entry.app_name for entry in platform.models}
     return names

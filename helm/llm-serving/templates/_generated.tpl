@@ -25,7 +25,8 @@
       "model",
       "hf",
       "auth",
-      "limits"
+      "limits",
+      "tracing"
     ],
     "resources": true
   },
