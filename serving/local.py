@@ -23,6 +23,7 @@ import httpx
 from serving import apps as registry
 from serving.config import PlatformConfig
 from serving.k8s.serve_config import serve_config
+from serving.leftovers import stop_leftovers
 from serving.models import cache_root
 from serving.ray_access import (
     head_args,
@@ -164,28 +165,6 @@ def stop_ray() -> None:
     subprocess.run([ray_executable(), "stop", "--force"], capture_output=True, text=True)
 
 
-# Where Ray's Serve proxies keep their HAProxy configs (Ray's RAY_SERVE_HAPROXY_SERVER_STATE_BASE).
-HAPROXY_BASE = os.environ.get("RAY_SERVE_HAPROXY_SERVER_STATE_BASE", "/tmp/haproxy-serve")
-
-
-def is_serve_haproxy(name: str, cmdline: list[str], base: str = HAPROXY_BASE) -> bool:
-    """An HAProxy that a Serve proxy started: its config file lies under Ray's HAProxy base."""
-    return name == "haproxy" and any(arg.startswith(base + "/") for arg in cmdline)
-
-
-def stop_serve_haproxy() -> None:
-    """Serve's HAProxy processes are not Ray's own, so `ray stop --force` leaves them running,
-    holding the HTTP port and Ray's fixed stats ports: the next head's HAProxy could not bind."""
-    import psutil
-
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        if is_serve_haproxy(proc.info["name"] or "", proc.info["cmdline"] or []):
-            try:
-                proc.kill()
-            except psutil.Error:  # gone already, or not ours to stop
-                continue
-
-
 def connect() -> None:
     """Join the local Ray head as a driver, with the install's token and the head's addressing."""
     use_token_auth()
@@ -317,8 +296,7 @@ def shutdown(drain: bool = True) -> None:
         except Exception:  # nothing to shut down, or Ray already gone: `ray stop` below still runs
             pass
     stop_ray()
-    if not drain:  # serve.shutdown stopped them otherwise
-        stop_serve_haproxy()
+    stop_leftovers()  # Serve's HAProxy (after a drain, serve.shutdown stopped it), orphaned engines
     stop_local_phoenix()  # the trace backend of `up --tracing`, if it runs
     state_file().unlink(missing_ok=True)
 

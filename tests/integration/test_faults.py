@@ -249,7 +249,7 @@ def test_bad_model_path_fails_before_ray_starts(tmp_path: Path, how: str) -> Non
 def serve_haproxy_processes() -> list[int]:
     import psutil
 
-    from serving.local import is_serve_haproxy
+    from serving.leftovers import is_serve_haproxy
 
     procs = psutil.process_iter(["name", "cmdline"])
     return [p.pid for p in procs if is_serve_haproxy(p.info["name"] or "", p.info["cmdline"] or [])]
