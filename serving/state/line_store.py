@@ -9,11 +9,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Delete, Engine, and_, delete, func, insert, or_, select, update
 
 from serving.state.tables import batch_lines, owners, upsert
 
 OWNER_STALE_S = 15.0  # a runner that has not beaten for this long is gone: its lines go back
+
+
+def delete_lines_of(batch_id: str) -> Delete:
+    """The statement that deletes a batch's lines (when it ends, or with its record)."""
+    return delete(batch_lines).where(batch_lines.c.batch_id == batch_id)
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ class LineStore:
     def delete_lines(self, batch_id: str) -> None:
         """An ended batch's lines: its output and error files hold their results now."""
         with self.engine.begin() as conn:
-            conn.execute(delete(batch_lines).where(batch_lines.c.batch_id == batch_id))
+            conn.execute(delete_lines_of(batch_id))
 
     def unfinished(self, batch_id: str) -> list[tuple[int, str]]:
         """Lines without a result: (line, request JSON)."""

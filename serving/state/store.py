@@ -30,8 +30,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from serving.models import cache_root
-from serving.state.line_store import LineStore
-from serving.state.tables import alive, batch_lines, metadata, records, upsert
+from serving.state.line_store import LineStore, delete_lines_of
+from serving.state.tables import alive, metadata, records, upsert
 from serving.state_config import StateConfig
 
 EVICT_EVERY_S = 10.0
@@ -131,7 +131,7 @@ class Store(LineStore):
                 delete(records).where(records.c.kind == kind, records.c.id == id)
             ).rowcount
             if kind == "batch":
-                conn.execute(delete(batch_lines).where(batch_lines.c.batch_id == id))
+                conn.execute(delete_lines_of(id))
         return bool(gone)
 
     def pin(self, kind: str, id: str, pinned: bool) -> None:
@@ -209,7 +209,7 @@ class Store(LineStore):
             for kind, id in gone:
                 conn.execute(delete(records).where(records.c.kind == kind, records.c.id == id))
                 if kind == "batch":
-                    conn.execute(delete(batch_lines).where(batch_lines.c.batch_id == id))
+                    conn.execute(delete_lines_of(id))
         return len(gone)
 
     def _over_cap(self, conn: Connection) -> int:

@@ -30,7 +30,8 @@ def read_spans(
     timeout_s: float = 10.0,
 ) -> list[dict[str, Any]]:
     """Spans of `project`, the latest started first, filtered as Phoenix filters: by trace ids,
-    span names, attribute values (`key:value`, exact string match) and a lower bound on the start (ISO 8601)."""
+    span names, attribute values (`key:value`, exact string match) and a lower bound on the
+    start (ISO 8601)."""
     params: list[tuple[str, str | int | float | bool | None]] = [("trace_id", t) for t in trace_ids]
     params += [("name", n) for n in names]
     # JSON-quoted: Phoenix parses the value as JSON, so an id like "12345" would match numbers only.
