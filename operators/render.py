@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from operators.spec import GROUP, KIND, VERSION, LLMServiceSpec, SpecError, parse_spec
-from serving import apps as registry
 from serving.config import VLLMReplicaSettings
+from serving.config import apps as registry
 from serving.k8s import chart
 from serving.k8s.serve_config import vllm_deployments
 

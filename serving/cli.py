@@ -17,8 +17,8 @@ from serving.config import ConfigError, ModelConfig, PlatformConfig, load_config
 from serving.conformance.cli import conformance
 from serving.k8s.cli import render
 from serving.loadgen.cli import bench
+from serving.local.ray_access import token_path
 from serving.models import ModelNotFoundError, resolve_model
-from serving.ray_access import token_path
 from serving.tracing import backend
 from serving.tracing.cli import trace
 
@@ -30,7 +30,7 @@ def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from serving.local import PlatformError
+        from serving.local.platform import PlatformError
 
         try:
             return func(*args, **kwargs)
@@ -50,6 +50,19 @@ def models_to_prepare(config: PlatformConfig) -> list[ModelConfig]:
     served = [entry.model for entry in config.models]
     apps_on = config.hf.enabled or config.analysis.enabled or not config.models
     return served + ([config.model] if apps_on else [])
+
+
+def check_servable(config: PlatformConfig) -> None:
+    """What the replicas or the model router would refuse when they start, checked before Ray
+    starts (a refusal there costs minutes and is printed under Ray's logs): vLLM's own parser on
+    the engine options, and the API keys runtime adapters need (from the same environment)."""
+    from serving.api.auth import check_runtime_adapter_keys, key_ring
+
+    check_runtime_adapter_keys(config, key_ring(config.auth))
+    if config.vllm.enabled:
+        from serving.engines.vllm_args import check_server_args
+
+        check_server_args(config)
 
 
 def apply_overrides(config: PlatformConfig, model: str | None, port: int | None) -> PlatformConfig:
@@ -142,15 +155,12 @@ def up(
     tracing_grpc_port: int,
 ) -> None:
     """Start a local Ray head, deploy every app, print the URLs."""
-    from serving import local
+    from serving.local import platform as local
 
     config = apply_overrides(load_config(config_path), model, port)
+    check_servable(config)
     if tracing:
         backend.require_phoenix()  # before minutes of model preparation
-    if config.vllm.enabled:
-        from serving.engines.vllm_args import check_server_args
-
-        check_server_args(config)  # vLLM's own parser: a bad option fails here, not in a replica
     for model_config in models_to_prepare(config):
         click.echo(f"preparing model '{model_config.ref}' ...")
         resolve_model(model_config.ref, model_config.cache_dir)
@@ -208,17 +218,14 @@ def apply(config_path: str, timeout: float) -> None:
     counts and autoscaling bounds change in place (same replicas); an app whose own settings changed
     rolls, new replicas loading before old ones stop (max_surge_percent); other apps keep
     running. http.* and ray.* need `down` and `up`."""
-    from serving import local
+    from serving.local import platform as local
 
     running = local.load_state()
     if running is None:
         raise local.PlatformError("no platform is running here; start one with `llm-serving up`")
     config, traces_url = keep_tracing(load_config(config_path))
     local.check_applicable(running, config)
-    if config.vllm.enabled:
-        from serving.engines.vllm_args import check_server_args
-
-        check_server_args(config)
+    check_servable(config)
     for model_config in models_to_prepare(config):
         resolve_model(model_config.ref, model_config.cache_dir)
     started = time.monotonic()
@@ -268,7 +275,7 @@ def wait_for_interrupt() -> None:
 @one_line_errors
 def down() -> None:
     """Stop Serve, the local Ray head and the Phoenix of `up --tracing`."""
-    from serving import local
+    from serving.local import platform as local
 
     local.shutdown()
     click.echo("stopped")
@@ -279,7 +286,7 @@ def down() -> None:
 @one_line_errors
 def status(as_json: bool) -> None:
     """Applications, deployments, replicas and the engine's queue."""
-    from serving import local
+    from serving.local import platform as local
 
     ep = local.load_state()
     if ep is None:
@@ -366,7 +373,7 @@ def adapters() -> None:
 def adapters_demo(config_path: str | None) -> None:
     """Build the config's `demo:NAME` adapters (random-initialised LoRA, saved with peft) into the
     cache, where replicas find them; replicas build missing ones themselves."""
-    from serving.adapters import DEMO_PREFIX, ensure_demo_adapter
+    from serving.config.adapters import DEMO_PREFIX, ensure_demo_adapter
 
     config = load_config(config_path)
     entries = [config.model_platform(entry) for entry in config.models] or [config]

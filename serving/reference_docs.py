@@ -197,9 +197,8 @@ def help_text(command: click.Command, path: tuple[str, ...]) -> str:
     return command.get_help(ctx)
 
 
-def cli_page() -> str:
-    from serving.cli import main
-
+def cli_page(main: click.Command) -> str:
+    """The `--help` of `main` (the `llm-serving` command) and of every command under it."""
     lines = [
         GENERATED.format(source="the click commands of serving/cli.py"),
         "",
@@ -213,9 +212,11 @@ def cli_page() -> str:
     return "\n".join(lines)
 
 
-def reference_pages() -> dict[Path, str]:
+def reference_pages(cli: click.Command) -> dict[Path, str]:
+    """Every generated page; `cli` is the `llm-serving` command (given by whoever runs it, so this
+    module does not import the CLI that imports it)."""
     return {
         REFERENCE_DIR / "config.md": config_page(),
         REFERENCE_DIR / "chart-values.md": chart_values_page(),
-        REFERENCE_DIR / "cli.md": cli_page(),
+        REFERENCE_DIR / "cli.md": cli_page(cli),
     }

@@ -1,6 +1,6 @@
 """How the model router picks a replica of a model: each model's `routing` in the config names a
 Serve request router (`request_router_config` of its deployment, `ROUTER_CONFIGS` in
-serving/config.py), which sees the `RoutingHint` the router passes with every request.
+serving/config/platform.py), which sees the `RoutingHint` the router passes with every request.
 
 - power_of_two: Serve's default; the less loaded of two random replicas.
 - prefix_cache: Ray's `PrefixCacheAffinityRouter` (its prefix tree): the replica whose earlier

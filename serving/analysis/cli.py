@@ -295,8 +295,8 @@ analyze.add_command(generation_trace_cmd, name="trace")
 
 def console_url(config_path: str | None) -> str:
     """The console's URL: from --config, else the running platform's, else the shipped default's."""
-    from serving import local
     from serving.config import load_config
+    from serving.local import platform as local
 
     running = None if config_path else local.load_state()
     url = (

@@ -11,10 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from serving.api.errors import APIError
+from serving.config.tracing import TracingConfig
 from serving.tracing import spans as s
 from serving.tracing.phoenix import TraceBackendError, read_spans
 from serving.tracing.timeline import request_timelines, trace_id
-from serving.tracing_config import TracingConfig
 
 MAX_REQUESTS = 200  # one view: a bar per request stays readable, the read stays small
 DEFAULT_REQUESTS = 50

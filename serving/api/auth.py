@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.access_config import AuthConfig
 from serving.api.errors import error_body
+from serving.config import ConfigError, PlatformConfig
+from serving.config.access import AuthConfig
 
 # Routes that answer without a key: probes (`llm-serving up`, Kubernetes, Serve) must see health.
 EXEMPT_PATHS = frozenset({"/health"})
@@ -57,6 +58,18 @@ def configured_keys(auth: AuthConfig, environ: Mapping[str, str]) -> KeyRing:
 
 def key_ring(auth: AuthConfig) -> KeyRing:
     return configured_keys(auth, os.environ)
+
+
+def check_runtime_adapter_keys(config: PlatformConfig, keys: KeyRing) -> None:
+    """Runtime adapters make paths servable: never without API keys. The config's own checks
+    cannot see the environment's keys: the model router checks them when it starts, and `up` and
+    `apply` check them before Ray starts (the CLI has the same config and environment)."""
+    allowing = [f"models[{i}]" for i, m in enumerate(config.models) if m.runtime_adapters]
+    if allowing and not keys.enabled:
+        raise ConfigError(
+            f"{allowing[0]}.runtime_adapters needs API keys: set auth.api_keys or the variable "
+            f"auth.api_keys_env names ({config.auth.api_keys_env or 'unset'}), empty here"
+        )
 
 
 def bearer_token(headers: Headers) -> str | None:

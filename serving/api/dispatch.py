@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
@@ -19,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import route_path
 from serving.api.errors import APIError, error_body, error_response
+from serving.api.model_routes import Route
 from serving.routing import RoutingHint, routing_hint
 from serving.tracing import spans
 from serving.tracing.setup import annotate
@@ -58,22 +58,6 @@ async def _none_cold() -> set[str]:
 # Sends one request's ASGI messages to a model's deployment (with what its request router may
 # use to pick a replica), yielding the response messages.
 Forward = Callable[[dict[str, Any], bytes, RoutingHint], AsyncIterator[list[Message]]]
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a `model` name goes: its base model's deployment; `adapter` when it names one."""
-
-    model: str
-    adapter: str | None = None
-
-
-def model_routes(models: Mapping[str, list[str]]) -> dict[str, Route]:
-    """Every name a request may ask for: each model, and each adapter of it."""
-    routes = {name: Route(name) for name in models}
-    for name, adapters in models.items():
-        routes |= {adapter: Route(name, adapter) for adapter in adapters}
-    return routes
 
 
 def adapter_routes_off(path: str) -> APIError:

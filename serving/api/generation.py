@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.access_config import RequestLimits
 from serving.api import limits as lim
 from serving.api.errors import APIError
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from serving.config.access import RequestLimits
 from serving.engines.base import Delta, Engine, SamplingSpec, TokenLogprob
 from serving.engines.sampling_defaults import MODEL_SAMPLING_FIELDS
 

@@ -13,9 +13,9 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.access_config import RequestLimits
 from serving.api.auth import EXEMPT_PATHS, APIKeyAuth, KeyRing
 from serving.api.errors import APIError, error_response
+from serving.config.access import RequestLimits
 
 T = TypeVar("T")
 

@@ -13,7 +13,6 @@ from openai.types import Model
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
-from serving.access_config import RequestLimits
 from serving.api import generation as gen
 from serving.api import responses as resp
 from serving.api.auth import KeyRing
@@ -22,6 +21,7 @@ from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import install_guards
 from serving.api.observe import StatusCounter, observed
 from serving.api.protocol import ChatCompletionRequest, CompletionRequest
+from serving.config.access import RequestLimits
 from serving.engines.base import Delta, Engine
 from serving.metrics import PlatformMetrics
 

@@ -3,7 +3,7 @@ platform: vLLM's own routes and bodies (`POST /v1/load_lora_adapter` {lora_name,
 `POST /v1/unload_lora_adapter` {lora_name}), plus an optional `model` naming the base model when
 several models allow it. Only models with `runtime_adapters: true` take them, and only with API
 keys on (the router refuses to start without). A path must lie under the model's adapter_roots
-or be one of its adapter_hub_ids: each replica checks it before loading (serving/adapters.py). A
+or be one of its adapter_hub_ids: each replica checks it before loading (serving/config/adapters.py). A
 load is checked by loading the adapter into one replica before the name is served; other
 replicas load it when a request for it reaches them, as for configured adapters. vLLM's own
 routes are not registered on the replicas (no VLLM_ALLOW_RUNTIME_LORA_UPDATING), so these checks
@@ -15,8 +15,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from serving.api.dispatch import Route
 from serving.api.errors import APIError
+from serving.api.model_routes import Route
 
 # Loads an adapter (its route, its path) into one replica of its base model; raises on refusal.
 Preload = Callable[[Route, str], Awaitable[None]]

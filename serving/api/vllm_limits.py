@@ -18,9 +18,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.access_config import RequestLimits
 from serving.api import limits as lim
 from serving.api.errors import APIError
+from serving.config.access import RequestLimits
 
 # Fields that bound the tokens of one choice (chat and completions, chat's newer name, responses).
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")

@@ -13,7 +13,6 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.access_config import RequestLimits
 from serving.api.auth import APIKeyAuth, KeyRing
 from serving.api.batch_api import BatchRoutes
 from serving.api.errors import APIError, error_body, error_response
@@ -21,6 +20,7 @@ from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import BodySizeLimit, body_too_large, read_body, replay, timeout_error
 from serving.api.observe import StatusCounter
 from serving.api.vllm_limits import CancelEngineWork, body_limit_error, note_engine_task
+from serving.config.access import RequestLimits
 from serving.metrics import PlatformMetrics
 
 

@@ -34,10 +34,10 @@ from serving.api.errors import APIError, error_response, install_error_handlers
 from serving.api.limits import install_guards
 from serving.api.protocol import UnicodeRequest
 from serving.config import AnalysisDeploymentConfig, PlatformConfig, parse_config
+from serving.config.tracing import TracingConfig
 from serving.deployments.replica import replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.models import resolve_model
-from serving.tracing_config import TracingConfig
 
 
 class AttentionRequest(UnicodeRequest):
@@ -231,5 +231,5 @@ def build_analysis_app(config: PlatformConfig) -> Application:
 
 
 def analysis_app(args: dict[str, Any]) -> Application:
-    """Serve's builder (serving.apps names it): the analysis app from its config part."""
+    """Serve's builder (serving.config.apps names it): the analysis app from its config part."""
     return build_analysis_app(parse_config(args, "serve config args"))

@@ -17,12 +17,12 @@ from ray.serve import Application
 from serving.api.auth import key_ring
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig, parse_config
+from serving.config.ray_env import drain_deadline_s
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.cpu import use_all_cpu_cores
 from serving.engines.hf import HFEngine
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
-from serving.ray_env import drain_deadline_s
 from serving.tracing import spans
 from serving.tracing.asgi import TracedRequests
 from serving.tracing.setup import start_tracing
@@ -79,5 +79,5 @@ def build_hf_app(config: PlatformConfig) -> Application:
 
 
 def hf_app(args: dict[str, Any]) -> Application:
-    """Serve's builder (serving.apps names it): the transformers baseline from its config part."""
+    """Serve's builder (serving.config.apps names it): the transformers baseline from its config part."""
     return build_hf_app(parse_config(args, "serve config args"))

@@ -14,17 +14,18 @@ from ray.serve import Application
 from ray.serve.exceptions import BackPressureError
 from starlette.types import ASGIApp, Message
 
-from serving import apps as registry
 from serving.api import cold_start
-from serving.api.auth import APIKeyAuth, KeyRing, key_ring
+from serving.api.auth import APIKeyAuth, check_runtime_adapter_keys, key_ring
 from serving.api.batch_api import BatchRoutes, batch_app
-from serving.api.dispatch import Forward, ModelDispatch, Route, model_routes, replica_failed
+from serving.api.dispatch import Forward, ModelDispatch, replica_failed
 from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
+from serving.api.model_routes import Route, model_routes
 from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
-from serving.config import ConfigError, PlatformConfig, parse_config
-from serving.ray_env import drain_deadline_s
-from serving.replica_config import BackpressureSettings
+from serving.config import PlatformConfig, parse_config
+from serving.config import apps as registry
+from serving.config.ray_env import drain_deadline_s
+from serving.config.replica import BackpressureSettings
 from serving.routing import RoutingHint
 from serving.state.batches import open_batches
 from serving.tracing import spans
@@ -38,17 +39,6 @@ def replica_lost(err: Exception) -> bool:
     """The replica's actor died or became unreachable (Serve's handle raises these; its gRPC
     path raises ActorUnavailableError for an UNAVAILABLE call)."""
     return isinstance(err, RayActorError)
-
-
-def check_runtime_adapter_keys(config: PlatformConfig, keys: KeyRing) -> None:
-    """Runtime adapters make paths servable: never without API keys (read where they are used,
-    as the environment's keys cannot be seen by the config's own checks)."""
-    allowing = [f"models[{i}]" for i, m in enumerate(config.models) if m.runtime_adapters]
-    if allowing and not keys.enabled:
-        raise ConfigError(
-            f"{allowing[0]}.runtime_adapters needs API keys: set auth.api_keys or the variable "
-            f"auth.api_keys_env names ({config.auth.api_keys_env or 'unset'}), empty here"
-        )
 
 
 def backpressure_settings(config: PlatformConfig, model: str) -> BackpressureSettings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.replica_config import ReplicaResources
+from serving.config.replica import ReplicaResources
 
 
 def replica_actor_options(resources: ReplicaResources, env: dict[str, str]) -> dict[str, Any]:

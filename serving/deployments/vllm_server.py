@@ -20,13 +20,14 @@ from ray.serve.handle import DeploymentHandle
 from starlette.types import ASGIApp, Message
 
 from serving import deployments
-from serving.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
 from serving.api.auth import key_ring
 from serving.api.batch_api import batch_app, call_json
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import ROUTER_CONFIGS, ConfigError, PlatformConfig, parse_config
+from serving.config.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
+from serving.config.ray_env import drain_deadline_s
 from serving.deployments.replica import EngineReplica, replica_actor_options
 from serving.engines.standby import leave_standby, standby_env
 from serving.engines.vllm import VLLMEngine, vllm_env
@@ -35,7 +36,6 @@ from serving.engines.vllm_sleep import sleep_when_idle
 from serving.engines.vllm_startup import startup_phases
 from serving.metrics import MetricLabels, PlatformMetrics, publish_engine_stats
 from serving.models import resolve_model
-from serving.ray_env import drain_deadline_s
 from serving.routing import RoutingHint
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import Batches, open_batches
@@ -276,7 +276,7 @@ def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Appli
 
 
 def vllm_app(args: dict[str, Any]) -> Application:
-    """Serve's builder (serving.apps names it): the vLLM app from its part of the platform config."""
+    """Serve's builder (serving.config.apps names it): the vLLM app from its part of the platform config."""
     return build_vllm_app(parse_config(args, "serve config args"))
 
 

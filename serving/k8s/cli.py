@@ -76,7 +76,7 @@ def docs() -> None:
     """Regenerate docs/reference/ (platform config, chart values, CLI) from their sources."""
     from serving.reference_docs import reference_pages
 
-    _write_files(reference_pages())
+    _write_files(reference_pages(click.get_current_context().find_root().command))
 
 
 @render.command("upgrade-paths")

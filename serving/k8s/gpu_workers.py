@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from serving.apps import apps_of
 from serving.config import PlatformConfig
+from serving.config.apps import apps_of
 from serving.k8s.serve_config import vllm_deployments
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig, VLLMReplicaSettings
-from serving.ray_env import drain_deadline_s
+from serving.config import apps as registry
+from serving.config.ray_env import drain_deadline_s
 
 SERVE_HOST = "0.0.0.0"  # in a pod the proxy must listen beyond loopback, whatever http.host says
 # Only the chart's CPU worker group advertises this resource (one per pod); in a cluster every

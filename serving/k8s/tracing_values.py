@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from serving.tracing_config import TracingConfig
+from serving.config.tracing import TracingConfig
 
 # Chart value -> TracingConfig field.
 TRACING_KEYS = {

@@ -67,7 +67,7 @@ def parse_targets(items: tuple[str, ...]) -> list[Target]:
 
 def default_targets() -> list[Target]:
     """Without --target: the platform `llm-serving up` started here (its vLLM route)."""
-    from serving.local import load_state
+    from serving.local.platform import load_state
 
     state = load_state()
     if state is None:

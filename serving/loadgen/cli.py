@@ -147,9 +147,14 @@ def sweep(output_dir: str | None, **given: Any) -> None:
 def autoscale(output_dir: str | None, **given: Any) -> None:
     """A step of --concurrency in flight until a second replica serves, then the scale-down
     (scale-up and scale-down times, timeline.png)."""
+    from serving.loadgen.scenarios import autoscale_report
     from serving.loadgen.scenarios.autoscale import AutoscaleArgs, run_step
 
-    finish("autoscale", output_dir, lambda _out: run_step(AutoscaleArgs(**given)))
+    finish(
+        "autoscale",
+        output_dir,
+        lambda _out: autoscale_report.report(*run_step(AutoscaleArgs(**given))),
+    )
 
 
 @bench.command()
@@ -212,9 +217,14 @@ def coldstart(output_dir: str | None, **given: Any) -> None:
     """Start a `min_replicas: 0` deployment from zero --runs times (one streaming chat each):
     each start-up phase's median and spread, and from zero to the first token. Exit 3 when a
     run got no answer."""
+    from serving.loadgen.scenarios import coldstart_report
     from serving.loadgen.scenarios.coldstart import ColdstartArgs, run_bench
 
-    finish("coldstart", output_dir, lambda _out: run_bench(ColdstartArgs(**given)))
+    finish(
+        "coldstart",
+        output_dir,
+        lambda _out: coldstart_report.report(*run_bench(ColdstartArgs(**given))),
+    )
 
 
 @bench.command()

@@ -9,7 +9,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serving.ray_access import use_token_auth
+from serving.local.ray_access import use_token_auth
 
 MIB = 1024**2
 REPLICA_CLASS_PREFIX = "ServeReplica:"  # a replica actor's class: ServeReplica:APP:DEPLOYMENT

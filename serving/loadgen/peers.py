@@ -186,7 +186,7 @@ def platform_origin(api_url: str) -> str:
 @contextlib.contextmanager
 def ray_llm_peer(config: PlatformConfig, served_name: str) -> Iterator[Target]:
     """Ray Serve LLM as one more app of the local platform for the duration of the block."""
-    from serving.local import connect, load_state
+    from serving.local.platform import connect, load_state
 
     state = load_state()
     if state is None:

@@ -12,7 +12,7 @@ import httpx
 from serving.loadgen.client import Target, auth_headers
 from serving.metrics import ADAPTER_LOADS, counter_values
 
-# Ray's metrics agent exports every RAY_metrics_report_interval_ms (2 s, serving.ray_env.ray_env):
+# Ray's metrics agent exports every RAY_metrics_report_interval_ms (2 s, serving.config.ray_env.ray_env):
 # waiting a little longer makes the last loads of a run visible.
 EXPORT_LAG_S = 5.0
 
@@ -21,7 +21,7 @@ Loads = dict[tuple[str, ...], float]
 
 def local_metrics_url(targets: list[Target]) -> str | None:
     """The local platform's Prometheus endpoint when a target is that platform."""
-    from serving.local import load_state
+    from serving.local.platform import load_state
 
     state = load_state()
     if state is None:

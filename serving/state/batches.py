@@ -16,6 +16,7 @@ from typing import Any
 
 from openai.types import Batch, FileDeleted, FileObject
 
+from serving.config.state import BatchSettings, StateConfig
 from serving.state.batch_lines import (
     ENDPOINTS,
     NO_MODEL,
@@ -29,7 +30,6 @@ from serving.state.batch_lines import (
     parse_input,
 )
 from serving.state.store import Store, open_store
-from serving.state_config import BatchSettings, StateConfig
 
 RUNNING = ("validating", "in_progress", "cancelling", "finalizing")
 ENDED = ("completed", "failed", "expired", "cancelled")

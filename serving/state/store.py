@@ -29,10 +29,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from serving.config.state import StateConfig
 from serving.models import cache_root
 from serving.state.line_store import LineStore, delete_lines_of
 from serving.state.tables import alive, metadata, records, upsert
-from serving.state_config import StateConfig
 
 EVICT_EVERY_S = 10.0
 

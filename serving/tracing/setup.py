@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from serving.tracing_config import TracingConfig
+from serving.config.tracing import TracingConfig
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter

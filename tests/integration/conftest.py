@@ -19,7 +19,7 @@ import pytest
 import yaml
 from filelock import FileLock
 
-from serving.ray_access import single_machine, use_token_auth
+from serving.local.ray_access import single_machine, use_token_auth
 from serving.tracing.backend import Phoenix
 from tests.integration.phoenix import running_phoenix
 

@@ -17,7 +17,7 @@ import yaml
 def scrape_config(metrics_url: str) -> dict:
     target = urlparse(metrics_url)
     return {
-        # Ray exports every 2 s (serving.ray_env.ray_env): scraping faster gains nothing, and a 1 s
+        # Ray exports every 2 s (serving.config.ray_env.ray_env): scraping faster gains nothing, and a 1 s
         # scrape timeout can miss Ray's endpoint while the rest of the suite loads both cores.
         "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
         "scrape_configs": [

@@ -140,7 +140,7 @@ def test_peers_are_stopped_after_the_run(
 ) -> None:
     from ray import serve
 
-    from serving.local import connect
+    from serving.local.platform import connect
 
     connect()
     assert "ray-serve-llm" not in serve.status().applications

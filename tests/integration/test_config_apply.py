@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from serving.ray_access import ray_auth_headers
+from serving.local.ray_access import ray_auth_headers
 from tests.integration.conftest import MODEL, Platform, run_cli
 from tests.integration.streams import OpenStream, StreamOutcome
 

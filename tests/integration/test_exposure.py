@@ -13,7 +13,7 @@ import grpc
 import httpx
 import psutil
 
-from serving.ray_access import is_loopback, ray_auth_headers, token_path
+from serving.local.ray_access import is_loopback, ray_auth_headers, token_path
 from tests.integration.conftest import Platform
 
 GCS_ADDRESS = "127.0.0.1:6379"  # `ray start --head`'s default port

@@ -18,12 +18,12 @@ import pytest
 from filelock import FileLock
 
 from serving.config import PlatformConfig, parse_config
+from serving.config.ray_env import drain_deadline_s
 from serving.deployments.replica import replica_actor_options
 from serving.deployments.vllm_server import VLLMServer, build_vllm_app
 from serving.engines.vllm import vllm_env
-from serving.local import ray_executable
+from serving.local.platform import ray_executable
 from serving.models import resolve_model
-from serving.ray_env import drain_deadline_s
 from tests.integration.conftest import (
     CLI,
     MODEL,
@@ -249,7 +249,7 @@ def test_bad_model_path_fails_before_ray_starts(tmp_path: Path, how: str) -> Non
 def serve_haproxy_processes() -> list[int]:
     import psutil
 
-    from serving.leftovers import is_serve_haproxy
+    from serving.local.leftovers import is_serve_haproxy
 
     procs = psutil.process_iter(["name", "cmdline"])
     return [p.pid for p in procs if is_serve_haproxy(p.info["name"] or "", p.info["cmdline"] or [])]

@@ -20,7 +20,7 @@ import httpx
 import psutil
 
 from serving.config import load_config
-from serving.ray_env import drain_deadline_s, haproxy_hard_stop_s
+from serving.config.ray_env import drain_deadline_s, haproxy_hard_stop_s
 from tests.integration.conftest import (
     LONG_STREAM_SCALE,
     LONG_STREAM_SCALES,

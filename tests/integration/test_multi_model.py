@@ -22,8 +22,8 @@ import pytest
 import yaml
 from filelock import FileLock
 
-from serving.adapters import DEMO_PREFIX, ensure_demo_adapter
 from serving.config import load_config
+from serving.config.adapters import DEMO_PREFIX, ensure_demo_adapter
 from serving.metrics import ADAPTER_LOADS, counter_values
 from serving.models import cache_root, resolve_model
 from tests.integration.conftest import ROOT, SESSION_LOCK, free_port, run_cli

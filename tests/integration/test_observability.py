@@ -14,7 +14,7 @@ from serving import metrics as m
 from serving.config import parse_config
 from serving.deployments.vllm_server import build_vllm_app
 from serving.engines.vllm_startup import FIRST_REQUEST_SERVED, STARTUP_PHASES
-from serving.ray_access import ray_auth_headers
+from serving.local.ray_access import ray_auth_headers
 from tests.integration.conftest import MODEL, ROOT, Platform, extra_app, free_port
 from tests.integration.prometheus import Prometheus, running_prometheus
 from tests.promql import dashboard_metric_names, promql_metric_names

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from serving import local
 from serving.config import load_config
+from serving.local import platform as local
 from serving.state.store import open_store
 from tests.integration.conftest import Platform, run_cli
 from tests.integration.test_batches import check_batch_complete, start_batch

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from ray.serve import Application
 
-from serving import apps as registry
 from serving.config import PlatformConfig
+from serving.config import apps as registry
 from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import serve_config_v2

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.config.ray_env import drain_deadline_s
 from serving.k8s import chart as k8s_render
 from serving.k8s.drain import STOP_MARGIN_S
-from serving.ray_env import drain_deadline_s
 from tests.k8s.conftest import Rendered, rendered
 
 

@@ -1,4 +1,4 @@
-"""The drain deadline (serving.ray_env.drain_deadline_s): the chart computes the same number from
+"""The drain deadline (serving.config.ray_env.drain_deadline_s): the chart computes the same number from
 its values as Python does from the platform, HAProxy's hard stop after a reload follows it (or
 http.haproxy_hard_stop_s) on every Ray container, and KubeRay keeps an old cluster that long."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from serving.config import PlatformConfig
+from serving.config.ray_env import drain_deadline_s, ray_env
 from serving.k8s import chart as k8s_render
-from serving.ray_env import drain_deadline_s, ray_env
 from tests.k8s.conftest import Rendered, ray_containers
 
 HARD_STOP = "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"

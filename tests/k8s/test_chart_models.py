@@ -9,8 +9,9 @@ from typing import Any
 
 import yaml
 
-from serving import apps as registry
 from serving.config import ROUTER_CONFIGS, PlatformConfig
+from serving.config import apps as registry
+from serving.config.ray_env import ray_env
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import (
     NOT_IN_ARGS,
@@ -18,7 +19,6 @@ from serving.k8s.serve_config import (
     serve_config_v2,
     served_model_refs,
 )
-from serving.ray_env import ray_env
 from tests.k8s.conftest import MATRIX, chart_platform, ray_containers, rendered
 
 NO_VLLM_DEFAULTS = {"vllm": {key: None for key in ("autoscaling", "resources", "engine", "args")}}

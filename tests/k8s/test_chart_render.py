@@ -11,10 +11,10 @@ import yaml
 
 from serving import metrics
 from serving.config import PlatformConfig
+from serving.config.ray_env import ray_env
 from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
 from serving.k8s.values_schema import undocumented_values, value_comments
-from serving.ray_env import ray_env
 from tests.k8s.conftest import MATRIX, Rendered, ray_containers, rendered
 
 GPU = "nvidia.com/gpu"

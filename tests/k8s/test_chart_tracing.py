@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.apps import apps_of
 from serving.config import PlatformConfig
+from serving.config.apps import apps_of
 from serving.k8s import CHART_DIR
 from serving.k8s import chart as k8s_render
 from serving.k8s.serve_config import serve_config_v2

@@ -1,6 +1,6 @@
 """operators.render through the chart: an LLMService's request limit sets its drain deadline, so
 its HAProxies keep a reloaded process's streams as long as a request may run and KubeRay keeps
-the old RayCluster that long after a switch (serving.ray_env.drain_deadline_s)."""
+the old RayCluster that long after a switch (serving.config.ray_env.drain_deadline_s)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 
 from operators.render import render_rayservice
 from serving.config import PlatformConfig
-from serving.ray_env import drain_deadline_s, ray_env
+from serving.config.ray_env import drain_deadline_s, ray_env
 from tests.k8s.conftest import ray_containers, repo_path
 from tests.k8s.schemas import crd_errors, crds_available
 

@@ -12,7 +12,7 @@ import yaml
 
 from operators.render import needs_cpu_group, render_rayservice
 from operators.spec import LLMServiceSpec, parse_spec
-from serving import apps as registry
+from serving.config import apps as registry
 from tests.k8s.conftest import repo_path
 from tests.k8s.schemas import crd_errors, crds_available
 from tests.unit.operators.test_models import RAYSERVICE_STATUS

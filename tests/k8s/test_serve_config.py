@@ -11,9 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from serving import apps as registry
 from serving.cli import main
 from serving.config import PlatformConfig, parse_config
+from serving.config import apps as registry
+from serving.config.replica import AutoscalingSettings
 from serving.k8s.serve_config import (
     NOT_IN_ARGS,
     ROUTER_MODEL_KEYS,
@@ -22,7 +23,6 @@ from serving.k8s.serve_config import (
     serve_config_v2,
     validate_serve_config,
 )
-from serving.replica_config import AutoscalingSettings
 from tests.k8s.conftest import Rendered, rendered
 
 

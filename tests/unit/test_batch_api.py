@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
 from serving.api.batch_api import BatchRoutes, batch_app
+from serving.config.state import BatchSettings, StateConfig
 from serving.state.batches import Batches
 from serving.state.store import Store
-from serving.state_config import BatchSettings, StateConfig
 
 LIMIT = 4096
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from serving.config.state import BatchSettings, StateConfig
 from serving.state import batches as batches_module
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import BatchAPIError, Batches
 from serving.state.store import Store
 from serving.state.tables import owners
-from serving.state_config import BatchSettings, StateConfig
 
 CHAT = "/v1/chat/completions"
 MODELS = {"tiny", "tiny-lora"}

@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from serving.cli import apply_overrides, main
 from serving.config import PlatformConfig
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_bad_config_exits_2_with_the_field_path(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
@@ -63,7 +65,7 @@ def test_up_writes_the_serve_config_a_later_apply_of_the_same_file_writes(tmp_pa
 
 def test_ready_message_prints_every_enabled_app(capsys) -> None:
     from serving.cli import print_ready
-    from serving.local import endpoints
+    from serving.local.platform import endpoints
 
     print_ready(endpoints(PlatformConfig()))
     out = capsys.readouterr().out
@@ -75,7 +77,7 @@ def test_ready_message_prints_every_enabled_app(capsys) -> None:
 
 
 def test_state_file_from_before_the_app_urls_still_loads(tmp_path: Path, monkeypatch) -> None:
-    from serving.local import load_state, state_file
+    from serving.local.platform import load_state, state_file
 
     monkeypatch.setenv("LLM_SERVING_CACHE", str(tmp_path))
     old = {
@@ -104,7 +106,7 @@ def test_apply_without_a_platform_says_how_to_start(tmp_path: Path, monkeypatch)
 
 
 def test_apply_refuses_a_new_port_before_touching_the_platform(tmp_path: Path, monkeypatch) -> None:
-    from serving import local
+    from serving.local import platform as local
 
     monkeypatch.setenv("LLM_SERVING_CACHE", str(tmp_path))
     local.save_state(local.endpoints(PlatformConfig()))
@@ -115,3 +117,34 @@ def test_apply_refuses_a_new_port_before_touching_the_platform(tmp_path: Path, m
     assert result.exit_code == 1
     assert "error: changed http: a running platform takes those only on a restart" in result.output
     assert "llm-serving down" in result.output
+
+
+def refuse_to_run(*_: object) -> None:
+    raise AssertionError("ran")
+
+
+def test_up_refuses_runtime_adapters_without_keys_before_ray_starts(monkeypatch) -> None:
+    """The shipped multi-model example without LLM_SERVING_API_KEYS: one line naming the setting,
+    before any model is prepared or Ray started (the router would refuse it minutes later)."""
+    from serving.local import platform as local
+
+    monkeypatch.delenv("LLM_SERVING_API_KEYS", raising=False)
+    monkeypatch.setattr(local, "start_ray_head", refuse_to_run)
+    monkeypatch.setattr("serving.cli.resolve_model", refuse_to_run)
+    example = str(REPO / "serving" / "examples" / "multi-model.yaml")
+    result = CliRunner().invoke(main, ["up", "--config", example])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: models[1].runtime_adapters needs API")
+    assert "auth.api_keys_env" in lines[0] and "LLM_SERVING_API_KEYS" in lines[0]
+
+
+def test_up_with_the_key_gets_past_the_check(monkeypatch) -> None:
+    from serving.local import platform as local
+
+    monkeypatch.setenv("LLM_SERVING_API_KEYS", "change-me")
+    monkeypatch.setattr(local, "start_ray_head", refuse_to_run)
+    monkeypatch.setattr("serving.cli.resolve_model", refuse_to_run)
+    example = str(REPO / "serving" / "examples" / "multi-model.yaml")
+    result = CliRunner().invoke(main, ["up", "--config", example])
+    assert isinstance(result.exception, AssertionError)  # went on to prepare the models

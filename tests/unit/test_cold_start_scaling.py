@@ -26,7 +26,7 @@ from ray.serve._private.common import (
     TimeStampedValue,
 )
 
-from serving.replica_config import AutoscalingSettings
+from serving.config.replica import AutoscalingSettings
 from tests.unit.test_start_replicas import deployment
 
 VLLM = DeploymentID(name="vllm", app_name="vllm")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from serving.config import ConfigError, PlatformConfig, load_config, parse_config
-from serving.replica_config import AutoscalingSettings, StrictModel
+from serving.config.replica import AutoscalingSettings, StrictModel
 
 
 def test_default_config_ships_and_validates() -> None:

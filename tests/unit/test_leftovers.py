@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from serving.leftovers import (
+from serving.local.leftovers import (
     ENGINE_CORE_TITLE,
     is_engine_core,
     raylet_gone,

@@ -38,20 +38,20 @@ def inject(path: Path, line: str) -> None:
 
 
 def test_the_packages_pass_as_they_are(tree: Path) -> None:
-    assert run("ruff", "check", "serving/apps.py", cwd=tree).returncode == 0
-    assert run("mypy", "serving/apps.py", cwd=tree).returncode == 0
+    assert run("ruff", "check", "serving/config/apps.py", cwd=tree).returncode == 0
+    assert run("mypy", "serving/config/apps.py", cwd=tree).returncode == 0
     assert run("lint-imports", cwd=tree).returncode == 0
 
 
 def test_an_unused_import_fails(tree: Path) -> None:
-    inject(tree / "serving" / "apps.py", "import os")
-    result = run("ruff", "check", "serving/apps.py", cwd=tree)
+    inject(tree / "serving" / "config" / "apps.py", "import os")
+    result = run("ruff", "check", "serving/config/apps.py", cwd=tree)
     assert result.returncode != 0 and "F401" in result.stdout
 
 
 def test_a_type_error_fails(tree: Path) -> None:
-    inject(tree / "serving" / "apps.py", 'WRONG: int = "not a number"')
-    result = run("mypy", "serving/apps.py", cwd=tree)
+    inject(tree / "serving" / "config" / "apps.py", 'WRONG: int = "not a number"')
+    result = run("mypy", "serving/config/apps.py", cwd=tree)
     assert result.returncode != 0 and "Incompatible types in assignment" in result.stdout
 
 
@@ -59,7 +59,7 @@ def test_a_type_error_fails(tree: Path) -> None:
     ("module", "forbidden"),
     [
         ("serving/engines/base.py", "import serving.api.errors"),
-        ("serving/config.py", "import serving.deployments"),
+        ("serving/config/platform.py", "import serving.deployments"),
         ("serving/k8s/serve_config.py", "import operators.spec"),
     ],
 )

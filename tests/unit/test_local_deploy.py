@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from serving import local
 from serving.config import parse_config
-from serving.ray_env import drain_deadline_s
+from serving.config.ray_env import drain_deadline_s
+from serving.local import platform as local
 from tests.unit.loopback import free_port, serve_on_loopback
 
 TRACEBACK = (
@@ -177,7 +177,7 @@ def test_apply_refuses_what_only_a_restart_changes() -> None:
 def test_only_serves_haproxy_is_stopped_with_ray() -> None:
     """Failed before: a failed `up` stopped Ray without Serve, and its HAProxy kept ports 8404 and
     9101, so the next platform's HAProxy could not bind ("Some protocols failed to start")."""
-    from serving.leftovers import is_serve_haproxy
+    from serving.local.leftovers import is_serve_haproxy
 
     serve_config = ["haproxy", "-db", "-f", "/tmp/haproxy-serve/abc/haproxy.cfg", "-sf", "617"]
     assert is_serve_haproxy("haproxy", serve_config, "/tmp/haproxy-serve")

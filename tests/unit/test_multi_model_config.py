@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from serving import apps as registry
 from serving.cli import models_to_prepare
 from serving.config import ConfigError, PlatformConfig, load_config, parse_config
+from serving.config import apps as registry
 from serving.engines.vllm_args import ServerArgsError, check_server_args, server_options
 from serving.k8s.serve_config import serve_config
 
@@ -116,7 +116,7 @@ def test_behind_the_router_adapters_load_on_demand_not_at_start() -> None:
 
 
 def test_up_names_every_model_and_adapter_clients_may_ask_for() -> None:
-    from serving import local
+    from serving.local import platform as local
 
     config = parse_config(two_models(adapters=[{"name": "sql", "path": "/adapters/sql"}]))
     ep = local.endpoints(config)

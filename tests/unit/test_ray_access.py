@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import haproxy_loopback, ray_access
+from serving.local import haproxy_loopback, ray_access
 
 
 @pytest.mark.parametrize(

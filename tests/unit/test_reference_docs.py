@@ -16,7 +16,7 @@ REGENERATE = "run `llm-serving render docs` (or `make render`)"
 
 
 def test_reference_pages_are_up_to_date() -> None:
-    for path, text in reference_docs.reference_pages().items():
+    for path, text in reference_docs.reference_pages(main).items():
         assert path.is_file() and path.read_text() == text, f"{path.name}: {REGENERATE}"
 
 
@@ -33,7 +33,7 @@ def test_config_page_lists_every_field() -> None:
 
 
 def test_cli_page_has_every_command() -> None:
-    page = reference_docs.cli_page()
+    page = reference_docs.cli_page(main)
     for name in main.commands:
         assert f"## `llm-serving {name}`" in page
 

@@ -16,12 +16,12 @@ from serving.analysis.attention import load_analysis_model
 from serving.analysis.requests import MAX_REQUESTS, TRACES_PER_READ, requests_router
 from serving.api.errors import install_error_handlers
 from serving.config import AnalysisDeploymentConfig
+from serving.config.tracing import TracingConfig
 from serving.deployments.analysis import build_analysis_api
 from serving.models import resolve_model
 from serving.tracing import spans as s
 from serving.tracing.phoenix import TraceBackendError
 from serving.tracing.timeline import UNKNOWN_REPLICA, epoch_seconds, request_timelines
-from serving.tracing_config import TracingConfig
 
 T0 = datetime(2026, 12, 7, 9, 0, 0, tzinfo=UTC)
 PHOENIX = TracingConfig(

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.adapters import AdapterPathRefused, allowed_adapter_path
-from serving.api.auth import KeyRing
+from serving.api.auth import KeyRing, check_runtime_adapter_keys
 from serving.config import ConfigError, parse_config
-from serving.deployments.model_router import check_runtime_adapter_keys
+from serving.config.adapters import AdapterPathRefused, allowed_adapter_path
 from serving.deployments.vllm_server import build_vllm_app
 from serving.engines.vllm import vllm_env
 

@@ -12,7 +12,7 @@ from ray.serve._private.common import DeploymentID
 from ray.serve._private.config import DeploymentConfig, ReplicaConfig
 from ray.serve._private.deployment_info import DeploymentInfo
 
-from serving.replica_config import AutoscalingSettings
+from serving.config.replica import AutoscalingSettings
 
 
 def deployment(settings: AutoscalingSettings) -> DeploymentInfo:

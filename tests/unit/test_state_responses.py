@@ -17,9 +17,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from serving.config.state import StateConfig
 from serving.state import responses as kept
 from serving.state.store import Store
-from serving.state_config import StateConfig
 
 
 def open_two(tmp_path: Path) -> tuple[Store, Store]:

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from serving.config.state import StateConfig
 from serving.state import line_store
 from serving.state import store as store_module
 from serving.state.store import Store
 from serving.state.tables import metadata
-from serving.state_config import StateConfig
 from tests.postgres import Postgres
 
 PASSWORD_ENV = "LLM_SERVING_TEST_STATE_PASSWORD"

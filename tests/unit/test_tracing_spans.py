@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from serving.api.dispatch import run_asgi
+from serving.config.tracing import TracingConfig
 from serving.routing import RoutingHint
 from serving.tracing import decisions, setup, spans
 from serving.tracing.asgi import TracedRequests, forwarded_at_header
-from serving.tracing_config import TracingConfig
 
 
 @pytest.fixture

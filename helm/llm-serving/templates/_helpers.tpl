@@ -236,7 +236,7 @@ applications:
 {{- end -}}
 
 {{/*
-serving.ray_env.drain_deadline_s(): the longest an accepted request may still need,
+serving.config.ray_env.drain_deadline_s(): the longest an accepted request may still need,
 limits.request_timeout_s rounded up (an hour when it is null: no limit) + a margin. HAProxy's hard
 stop after a reload and KubeRay's deletion delay of an old cluster wait this long.
 */}}
@@ -249,7 +249,7 @@ stop after a reload and KubeRay's deletion delay of an old cluster wait this lon
 {{- add ($timeout | float64 | ceil | int) $defaults.drain.margin_s -}}
 {{- end -}}
 
-{{/* serving.ray_env.ray_env(): the ingress and how long its replicas drain, and Serve's metric
+{{/* serving.config.ray_env.ray_env(): the ingress and how long its replicas drain, and Serve's metric
 push intervals follow the fastest autoscaled app or model. */}}
 {{- define "llm-serving.rayEnv" -}}
 {{- $defaults := include "llm-serving.servingDefaults" . | fromJson -}}

@@ -1,6 +1,6 @@
 {{/*
 Tracing on a cluster: the chart's `tracing` values are shorthands for platform.tracing
-(serving.tracing_config.TracingConfig), each filling its key in the args of every app that reads
+(serving.config.tracing.TracingConfig), each filling its key in the args of every app that reads
 the tracing section (serving.k8s.tracing_values.TRACING_KEYS: the same map, which a test compares).
 */}}
 {{- define "llm-serving.tracingKeys" -}}

@@ -169,7 +169,7 @@ min_replicas, 0 for an app that may scale to zero; num_replicas of an app withou
 {{- include "llm-serving.gpuReplicas" (dict "root" . "bound" "most") -}}
 {{- end -}}
 
-{{/* VLLMEngineConfig's sleep rules (serving/replica_config.py): vLLM sleeps on a GPU only, and
+{{/* VLLMEngineConfig's sleep rules (serving/config/replica.py): vLLM sleeps on a GPU only, and
 only with its engine core in a process of its own. */}}
 {{- define "llm-serving.validate.sleepMode" -}}
 {{- $problems := list -}}

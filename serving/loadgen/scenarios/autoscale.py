@@ -29,7 +29,6 @@ from serving.loadgen.client import (
     send_request,
 )
 from serving.loadgen.replica_startup import replica_phases, serve_start_before
-from serving.loadgen.report import Report
 from serving.loadgen.scenarios.autoscale_timeline import (
     ReplicaSample,
     figures,
@@ -38,7 +37,7 @@ from serving.loadgen.scenarios.autoscale_timeline import (
 )
 from serving.loadgen.server_stats import HealthSource, PrometheusSource, StatsSource
 from serving.loadgen.workloads import RequestSpec
-from serving.ray_access import ray_auth_headers
+from serving.local.ray_access import ray_auth_headers
 
 REPLICA_POLL_S = 1.0
 HOLD_AFTER_SCALE_UP_S = 10.0  # keep the step on so the new replica serves part of it
@@ -326,7 +325,7 @@ async def run_autoscale(plan: AutoscalePlan) -> Run:
 
 def local_endpoints() -> tuple[str | None, str | None]:
     """(dashboard, metrics) URLs of the platform `llm-serving up` started here, if any."""
-    from serving.local import load_state
+    from serving.local.platform import load_state
 
     state = load_state()
     return (state.dashboard_url, state.metrics_url) if state else (None, None)
@@ -368,11 +367,9 @@ def build_plan(args: AutoscaleArgs) -> AutoscalePlan:
     )
 
 
-def run_step(args: AutoscaleArgs) -> Report:
-    """The whole scenario."""
+def run_step(args: AutoscaleArgs) -> tuple[AutoscalePlan, Run]:
+    """The whole scenario; its report is autoscale_report's (the CLI joins them)."""
     import click
-
-    from serving.loadgen.scenarios import autoscale_report
 
     plan = build_plan(args)
     click.echo(
@@ -380,4 +377,4 @@ def run_step(args: AutoscaleArgs) -> Report:
         f"replicas from {plan.dashboard_url}",
         err=True,
     )
-    return autoscale_report.report(plan, asyncio.run(run_autoscale(plan)))
+    return plan, asyncio.run(run_autoscale(plan))

@@ -30,7 +30,6 @@ from serving.loadgen.client import (
     served_models,
 )
 from serving.loadgen.replica_startup import replica_phases, serve_start_time
-from serving.loadgen.report import Report
 from serving.loadgen.scenarios.autoscale import Deployment, find_deployment, read_applications
 from serving.loadgen.workloads import RequestSpec
 
@@ -213,7 +212,7 @@ async def run_coldstart(plan: ColdstartPlan, log: Any = print) -> tuple[Deployme
 
 
 def local_dashboard() -> str | None:
-    from serving.local import load_state
+    from serving.local.platform import load_state
 
     state = load_state()
     return state.dashboard_url if state else None
@@ -246,11 +245,9 @@ def build_plan(args: ColdstartArgs) -> ColdstartPlan:
     )
 
 
-def run_bench(args: ColdstartArgs) -> Report:
-    """The whole scenario."""
+def run_bench(args: ColdstartArgs) -> tuple[ColdstartPlan, Deployment, list[ColdRun]]:
+    """The whole scenario; its report is coldstart_report's (the CLI joins them)."""
     import click
-
-    from serving.loadgen.scenarios import coldstart_report
 
     plan = build_plan(args)
     click.echo(
@@ -259,4 +256,4 @@ def run_bench(args: ColdstartArgs) -> Report:
         err=True,
     )
     deployment, runs = asyncio.run(run_coldstart(plan, lambda line: click.echo(line, err=True)))
-    return coldstart_report.report(plan, deployment, runs)
+    return plan, deployment, runs

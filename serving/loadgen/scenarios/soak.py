@@ -52,7 +52,7 @@ class SoakRun:
 def dashboard_url(given: str | None) -> str:
     """The Ray dashboard that lists the replicas: --dashboard, else the local platform's. It must
     be on this machine: replica memory is read from the PIDs it reports."""
-    from serving.local import load_state
+    from serving.local.platform import load_state
 
     state = load_state()
     url = given or (state.dashboard_url if state else None)

@@ -10,9 +10,9 @@ from pydantic import Field
 from ray import serve
 from ray.serve import Application
 
-from serving.apps import App
 from serving.config import PlatformConfig
-from serving.replica_config import StrictModel
+from serving.config.apps import App
+from serving.config.replica import StrictModel
 
 
 class EchoConfig(StrictModel):

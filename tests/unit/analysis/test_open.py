@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from serving import local
 from serving.cli import main
+from serving.local import platform as local
 
 
 def analyze_open(*args: str) -> Result:

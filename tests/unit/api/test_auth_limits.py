@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from serving.access_config import AuthConfig, RequestLimits
 from serving.api.auth import KeyRing, configured_keys, route_path
 from serving.api.routes import build_openai_app
 from serving.config import PlatformConfig
+from serving.config.access import AuthConfig, RequestLimits
 from tests.unit.fake_engine import FakeEngine
 
 KEY = "sk-test-0123456789"

@@ -12,8 +12,9 @@ import pytest
 from ray.serve.exceptions import BackPressureError
 
 from serving.api import cold_start
-from serving.api.dispatch import COLD_HEALTH, ModelDispatch, Route, model_routes
+from serving.api.dispatch import COLD_HEALTH, ModelDispatch
 from serving.api.errors import APIError
+from serving.api.model_routes import Route, model_routes
 from tests.unit.api.test_dispatch import client, dispatch
 
 

@@ -13,14 +13,9 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from serving.api.dispatch import (
-    ModelDispatch,
-    Route,
-    model_routes,
-    parsed_body,
-    run_asgi,
-)
+from serving.api.dispatch import ModelDispatch, parsed_body, run_asgi
 from serving.api.errors import APIError
+from serving.api.model_routes import Route, model_routes
 from serving.api.runtime_adapters import adapter_card
 from serving.routing import RoutingHint
 

@@ -14,8 +14,9 @@ import httpx
 import pytest
 from ray.exceptions import ActorDiedError, ActorUnavailableError
 
-from serving.api.dispatch import ModelDispatch, Route, model_routes
+from serving.api.dispatch import ModelDispatch
 from serving.api.errors import APIError
+from serving.api.model_routes import Route, model_routes
 from serving.deployments.model_router import replica_lost
 from serving.routing import RoutingHint
 

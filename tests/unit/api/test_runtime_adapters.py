@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from serving.api.dispatch import ModelDispatch, Route, model_routes, run_asgi
+from serving.api.dispatch import ModelDispatch, run_asgi
+from serving.api.model_routes import Route, model_routes
 from serving.api.runtime_adapters import RuntimeAdapters
 from serving.routing import RoutingHint
 from tests.unit.api.test_dispatch import model_app

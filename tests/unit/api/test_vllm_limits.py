@@ -15,9 +15,9 @@ import pytest
 from fastapi import FastAPI, Request
 from vllm.entrypoints.serve.utils.api_utils import with_cancellation
 
-from serving.access_config import RequestLimits
 from serving.api.vllm_limits import prompt_count
 from serving.api.vllm_wrap import wrap_vllm_app
+from serving.config.access import RequestLimits
 
 
 class StandInEngine:

@@ -14,8 +14,8 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from vllm.exceptions import VLLMValidationError
 
-from serving.access_config import RequestLimits
 from serving.api.vllm_wrap import RequestDeadline, check_engine_request, guard_generate
+from serving.config.access import RequestLimits
 
 
 def test_a_prompt_over_the_limit_is_vllms_validation_error_naming_the_field() -> None:

@@ -278,9 +278,9 @@ def test_platform_origin_drops_the_route() -> None:
 
 
 def test_ray_serve_llm_peer_needs_a_running_platform(monkeypatch: pytest.MonkeyPatch) -> None:
-    import serving.local
+    import serving.local.platform
 
-    monkeypatch.setattr(serving.local, "load_state", lambda: None)
+    monkeypatch.setattr(serving.local.platform, "load_state", lambda: None)
     with (
         pytest.raises(peers.PeerError, match="llm-serving up"),
         peers.ray_llm_peer(parse_config({}), "default"),

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from serving.apps import apps_of
-from serving.config import PlatformConfig
-from serving.replica_config import AutoscalingSettings
+from serving.config.apps import apps_of
+from serving.config.platform import PlatformConfig
+from serving.config.replica import AutoscalingSettings
 
 # Environment of every Ray process whatever the config (the chart reads it from its generated
 # tables): metrics reach Prometheus every 2 s instead of Ray's 10 s, and a replica killed by

@@ -4,7 +4,7 @@ by a failed `up`): they are not Ray's own, so Ray does not stop them.
 - Serve's HAProxy processes: they hold the HTTP port and Ray's fixed stats ports, so the next
   head's HAProxy could not bind.
 - vLLM engine cores whose Ray node is gone: a replica's engine core is a child of its worker,
-  which stops it on a clean shutdown, and the raylet (made subreaper, serving.ray_env) kills it
+  which stops it on a clean shutdown, and the raylet (made subreaper, serving.config.ray_env) kills it
   when the worker dies alone. When the raylet itself is killed (`ray stop --force` after a drain
   that did not finish, or a failed `up` stopping at once) the core is left to init, waits for
   its frontend for ever and keeps the model's memory (1.7 GB of the default model's, seen after

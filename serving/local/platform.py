@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 
-from serving import apps as registry
 from serving.config import PlatformConfig
+from serving.config import apps as registry
+from serving.config.ray_env import ray_env
 from serving.k8s.serve_config import serve_config
-from serving.leftovers import stop_leftovers
-from serving.models import cache_root
-from serving.ray_access import (
+from serving.local.leftovers import stop_leftovers
+from serving.local.ray_access import (
     head_args,
     head_env,
     ray_auth_headers,
@@ -33,7 +33,7 @@ from serving.ray_access import (
     single_machine,
     use_token_auth,
 )
-from serving.ray_env import ray_env
+from serving.models import cache_root
 from serving.tracing.backend import stop_local as stop_local_phoenix
 
 RAY_NAMESPACE = "llm-serving"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from serving.replica_config import StrictModel
+from serving.config.replica import StrictModel
 
 API_KEYS_ENV = "LLM_SERVING_API_KEYS"
 

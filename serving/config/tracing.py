@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from serving.replica_config import StrictModel
+from serving.config.replica import StrictModel
 
 OtlpProtocol = Literal["http/protobuf", "grpc"]
 

@@ -1,5 +1,5 @@
 """Settings of one engine deployment's replicas: resources, the vLLM engine, autoscaling on queue
-depth and backpressure (part of PlatformConfig, `serving/config.py`)."""
+depth and backpressure (part of PlatformConfig, `serving/config/platform.py`)."""
 
 from __future__ import annotations
 
@@ -262,7 +262,7 @@ class ReplicaScaling(StrictModel):
 
     def replica_options(self, drain_deadline_s: float) -> dict[str, Any]:
         """Serve deployment options for replica count, concurrency, backpressure and drain;
-        `drain_deadline_s` (serving.ray_env.drain_deadline_s) when no grace period is set."""
+        `drain_deadline_s` (serving.config.ray_env.drain_deadline_s) when no grace period is set."""
         grace_s = self.graceful_shutdown_timeout_s
         options: dict[str, Any] = {
             "max_ongoing_requests": self.max_ongoing_requests,

@@ -10,18 +10,18 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from serving.access_config import AuthConfig, RequestLimits
-from serving.apps import App, apps_of
-from serving.ray_config import HTTPConfig, RayConfig
-from serving.replica_config import (
+from serving.config.access import AuthConfig, RequestLimits
+from serving.config.apps import App, apps_of
+from serving.config.ray import HTTPConfig, RayConfig
+from serving.config.replica import (
     BackpressureSettings,
     ReplicaResources,
     ReplicaScaling,
     StrictModel,
     VLLMEngineConfig,
 )
-from serving.state_config import StateConfig
-from serving.tracing_config import TracingConfig
+from serving.config.state import StateConfig
+from serving.config.tracing import TracingConfig
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 
@@ -234,7 +234,7 @@ class PlatformConfig(StrictModel):
     )
     http: HTTPConfig = Field(default_factory=HTTPConfig, description="Serve's HTTP proxy.")
     ray: RayConfig = Field(default_factory=RayConfig, description="The local Ray head (`up`).")
-    # The Serve apps: each field's App entry names its builder and deployment (serving/apps.py).
+    # The Serve apps: each field's App entry names its builder and deployment (serving/config/apps.py).
     vllm: Annotated[
         VLLMDeploymentConfig,
         App("serving.deployments.vllm_server:vllm_app", "VLLMServer", state=True, traced=True),

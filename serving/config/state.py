@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from serving.replica_config import StrictModel
+from serving.config.replica import StrictModel
 
 DAY_S = 24 * 3600
 

@@ -5,7 +5,7 @@ CVE-2023-48022), so `up` closes it two ways. On a loopback `http.host` every Ray
 127.0.0.1: `--node-ip-address` alone is not enough, as Ray maps a loopback node address to the
 machine's network address unless it runs single-machine (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0,
 `ray/_private/services.py` resolve_ip_for_localhost); HAProxy's stats and exporter ports, bound
-to every interface by Ray's template, are moved to loopback by `serving.haproxy_loopback`. And
+to every interface by Ray's template, are moved to loopback by `serving.local.haproxy_loopback`. And
 Ray's token auth is always on: the GCS, the dashboard, the job API and the Ray client refuse a
 caller without the token, generated once per install under the platform's state directory."""
 

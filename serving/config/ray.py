@@ -1,5 +1,5 @@
 """The Ray side of PlatformConfig: Serve's HTTP ingress (`http`) and the local Ray head (`ray`).
-What these settings put into every Ray process's environment is serving.ray_env's job."""
+What these settings put into every Ray process's environment is serving.config.ray_env's job."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from serving.replica_config import StrictModel
+from serving.config.replica import StrictModel
 
 
 class HTTPConfig(StrictModel):
