@@ -18,7 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.api.errors import error_body
 from serving.config import ConfigError, PlatformConfig
-from serving.config.access import AuthConfig
+from serving.config.access import DEFAULT_TENANT, AuthConfig
+from serving.state.tenancy import Principal, current_principal
 
 # Routes that answer without a key: probes (`llm-serving up`, Kubernetes, Serve) must see health.
 EXEMPT_PATHS = frozenset({"/health"})
@@ -30,30 +31,66 @@ def digest(key: str) -> bytes:
 
 @dataclass(frozen=True)
 class KeyRing:
-    """The accepted keys, as digests. Empty: auth is off."""
+    """The accepted keys, as digests, each with its tenant. No key: auth is off, and every request
+    is the default tenant's."""
 
     digests: tuple[bytes, ...] = ()
+    tenants: tuple[str, ...] = ()  # the tenant of each digest (default when shorter)
+    may_set_priority: frozenset[str] = frozenset()  # tenants whose requests may set `priority`
 
     @classmethod
-    def of(cls, keys: Iterable[str]) -> KeyRing:
-        return cls(tuple(digest(key) for key in dict.fromkeys(k.strip() for k in keys) if key))
+    def of(cls, keys: Iterable[str], tenant: str = DEFAULT_TENANT) -> KeyRing:
+        return cls.of_tenants({tenant: keys})
+
+    @classmethod
+    def of_tenants(
+        cls, keys: Mapping[str, Iterable[str]], may_set_priority: Iterable[str] = ()
+    ) -> KeyRing:
+        """Keys by tenant; a key of two tenants is a ConfigError (naming them, not the key)."""
+        owner: dict[bytes, str] = {}
+        for tenant, tenant_keys in keys.items():
+            for key in dict.fromkeys(k.strip() for k in tenant_keys):
+                if not key:
+                    continue
+                if owner.setdefault(digest(key), tenant) != tenant:
+                    raise ConfigError(
+                        f"auth.tenants: a key of {tenant} is also a key of "
+                        f"{owner[digest(key)]}; a key belongs to one tenant"
+                    )
+        return cls(tuple(owner), tuple(owner.values()), frozenset(may_set_priority))
 
     @property
     def enabled(self) -> bool:
         return bool(self.digests)
 
-    def accepts(self, key: str) -> bool:
+    def tenant_of(self, key: str) -> str | None:
         presented = digest(key)
-        found = False
-        for known in self.digests:  # no early exit: timing does not tell which key matched
-            found |= hmac.compare_digest(presented, known)
+        found: str | None = None
+        for index, known in enumerate(self.digests):  # no early exit: timing tells no key
+            if hmac.compare_digest(presented, known):
+                found = self.tenants[index] if index < len(self.tenants) else DEFAULT_TENANT
         return found
+
+    def accepts(self, key: str) -> bool:
+        return self.tenant_of(key) is not None
+
+    def principal(self, tenant: str) -> Principal:
+        return Principal(tenant, tenant in self.may_set_priority)
 
 
 def configured_keys(auth: AuthConfig, environ: Mapping[str, str]) -> KeyRing:
-    """The keys of the config plus those of its environment variable (comma-separated)."""
-    from_env = environ.get(auth.api_keys_env, "") if auth.api_keys_env else ""
-    return KeyRing.of([*auth.api_keys, *from_env.split(",")])
+    """The keys of the config and of the environment variables it names (comma-separated): those
+    of auth.api_keys/api_keys_env are the default tenant's, each tenant's its own."""
+
+    def from_env(name: str | None) -> list[str]:
+        return environ.get(name, "").split(",") if name else []
+
+    keys = {DEFAULT_TENANT: [*auth.api_keys, *from_env(auth.api_keys_env)]}
+    for tenant in auth.tenants:
+        if tenant.name != DEFAULT_TENANT:
+            keys[tenant.name] = [*tenant.api_keys, *from_env(tenant.api_keys_env)]
+    allowed = [t.name for t in auth.tenants if t.may_set_priority]
+    return KeyRing.of_tenants(keys, allowed)
 
 
 def key_ring(auth: AuthConfig) -> KeyRing:
@@ -94,7 +131,9 @@ def unauthorized(message: str) -> JSONResponse:
 
 
 class APIKeyAuth:
-    """ASGI middleware: HTTP requests need `Authorization: Bearer KEY` with a key of `keys`."""
+    """ASGI middleware: HTTP requests need `Authorization: Bearer KEY` with a key of `keys`; the
+    key's tenant becomes the request's principal (serving/state/tenancy.py). With no key
+    configured every request passes, as the default tenant."""
 
     def __init__(self, app: ASGIApp, keys: KeyRing, exempt: frozenset[str] = EXEMPT_PATHS) -> None:
         self.app = app
@@ -105,15 +144,28 @@ class APIKeyAuth:
         if scope["type"] != "http" or route_path(scope) in self.exempt:
             await self.app(scope, receive, send)
             return
+        if not self.keys.enabled:
+            await self.as_principal(self.keys.principal(DEFAULT_TENANT), scope, receive, send)
+            return
         token = bearer_token(Headers(scope=scope))
+        tenant = None if token is None else self.keys.tenant_of(token)
+        if tenant is not None:
+            await self.as_principal(self.keys.principal(tenant), scope, receive, send)
+            return
         if token is None:
             response = unauthorized(
                 "You didn't provide an API key: send it in an Authorization header using Bearer "
                 "auth (Authorization: Bearer YOUR_KEY)."
             )
-        elif not self.keys.accepts(token):
-            response = unauthorized("Incorrect API key provided.")  # never echo the key
         else:
-            await self.app(scope, receive, send)
-            return
+            response = unauthorized("Incorrect API key provided.")  # never echo the key
         await response(scope, receive, send)
+
+    async def as_principal(
+        self, principal: Principal, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        token = current_principal.set(principal)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            current_principal.reset(token)

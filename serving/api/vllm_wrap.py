@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.api.auth import APIKeyAuth, KeyRing
@@ -22,6 +23,10 @@ from serving.api.observe import StatusCounter
 from serving.api.vllm_limits import CancelEngineWork, body_limit_error, note_engine_task
 from serving.config.access import RequestLimits
 from serving.metrics import PlatformMetrics
+from serving.state.tenancy import current_principal
+
+# vLLM reads a request's priority from this header too (vllm/entrypoints/generate/base/serving.py).
+PRIORITY_HEADER = "x-vllm-priority"
 
 
 def prompt_token_count(prompt: Any) -> int | None:
@@ -181,6 +186,25 @@ def json_payload(body: bytes) -> Any:
         return None
 
 
+def priority_refusal(payload: Any, headers: Headers) -> APIError | None:
+    """A request that sets vLLM's `priority` (body or X-Vllm-Priority) to anything but 0, from a
+    tenant that may not (auth.tenants[].may_set_priority): it would go ahead of every other
+    tenant's requests in the engine's priority scheduler."""
+    principal = current_principal.get()
+    if principal is None or principal.may_set_priority:  # the platform's own (batch lines)
+        return None
+    asked = [payload.get("priority")] if isinstance(payload, dict) else []
+    asked.append(headers.get(PRIORITY_HEADER))
+    if all(value in (None, 0, "0") for value in asked):
+        return None
+    return APIError(
+        f"tenant {principal.tenant} may not set `priority` (auth.tenants[].may_set_priority)",
+        status=403,
+        param="priority",
+        code="priority_not_allowed",
+    )
+
+
 class RequestBodyCheck:
     """ASGI middleware: the checks of a POST body before it reaches vLLM's app, the platform's
     request limits (vllm_limits) and what `/v1/responses` lacks. The body is already within the
@@ -200,7 +224,10 @@ class RequestBodyCheck:
             await error_response(body_too_large(max_bytes))(scope, receive, send)
             return
         body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-        problem = self.problem(scope["path"], json_payload(body))
+        payload = json_payload(body)
+        problem = priority_refusal(payload, Headers(scope=scope)) or self.problem(
+            scope["path"], payload
+        )
         if problem is not None:
             await error_response(problem)(scope, receive, send)
             return
@@ -269,10 +296,8 @@ def wrap_vllm_app(
     below_keys = outer
     if batch is not None:
         outer = BatchRoutes(batch, outer)
-    if keys is not None and keys.enabled:
-        outer = APIKeyAuth(
-            outer, keys
-        )  # a request without a key is refused before its body is read
+    if keys is not None:  # a request without a key is refused before its body is read
+        outer = APIKeyAuth(outer, keys)  # and one with a key runs as its tenant
     if metrics is not None:
         outer = StatusCounter(outer, metrics)
     if traced is not None:

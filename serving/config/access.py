@@ -1,5 +1,5 @@
-"""Who may call the platform and how much one request may ask: API keys and request limits,
-the `auth` and `limits` parts of PlatformConfig that every app reads."""
+"""Who may call the platform and how much one request may ask: API keys, the tenants they belong
+to, and request limits, the `auth` and `limits` parts of PlatformConfig that every app reads."""
 
 from __future__ import annotations
 
@@ -8,6 +8,46 @@ from pydantic import Field, model_validator
 from serving.config.replica import StrictModel
 
 API_KEYS_ENV = "LLM_SERVING_API_KEYS"
+# The tenant of keys that belong to no tenant (auth.api_keys, auth.api_keys_env), and of every
+# request when no key is configured.
+DEFAULT_TENANT = "default"
+TENANT_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # a DNS label: also a Kubernetes name part
+
+
+class TenantConfig(StrictModel):
+    """One team or application sharing the endpoint: its keys, and what it may use. Stored
+    responses, files and batches belong to the tenant whose key created them; another tenant
+    sees none of them (404)."""
+
+    name: str = Field(
+        pattern=TENANT_NAME,
+        description="The tenant's name (a DNS label), shown in the usage ledger and metrics. "
+        f"`{DEFAULT_TENANT}` names the tenant of the keys in auth.api_keys/api_keys_env: list it "
+        "(without keys of its own) to give those keys limits.",
+    )
+    api_keys: list[str] = Field(
+        default_factory=list,
+        repr=False,
+        description="The tenant's keys. Local runs only, as auth.api_keys: the chart and the "
+        "LLMService take them from a Secret into api_keys_env.",
+    )
+    api_keys_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable each replica reads the tenant's keys from, "
+        "comma-separated (the chart fills it from the tenant's Secret).",
+    )
+    may_set_priority: bool = Field(
+        False,
+        description="Whether the tenant's requests may set vLLM's `priority` (the body field or "
+        "the X-Vllm-Priority header); otherwise a non-zero priority is refused (403).",
+    )
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> TenantConfig:
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError(f"tenant {self.name}: api_keys must not contain empty keys")
+        return self
 
 
 class AuthConfig(StrictModel):
@@ -27,11 +67,43 @@ class AuthConfig(StrictModel):
         "(the chart fills it from a Secret); null reads none.",
     )
 
+    tenants: list[TenantConfig] = Field(
+        default_factory=list,
+        description="Tenants sharing the endpoint, each with its own keys and its own stored "
+        f"responses, files and batches. Keys above belong to the tenant `{DEFAULT_TENANT}`. A key "
+        "in two tenants is refused (when the replicas start, for keys from the environment).",
+    )
+
     @model_validator(mode="after")
     def _check_keys(self) -> AuthConfig:
         if any(not key.strip() for key in self.api_keys):
             raise ValueError("api_keys must not contain empty keys")
+        names = [tenant.name for tenant in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"auth.tenants: names must differ ({names})")
+        owners: dict[str, str] = {key: DEFAULT_TENANT for key in self.api_keys}
+        for tenant in self.tenants:
+            if tenant.name == DEFAULT_TENANT and (tenant.api_keys or tenant.api_keys_env):
+                raise ValueError(
+                    f"auth.tenants: `{DEFAULT_TENANT}` takes the keys of auth.api_keys and "
+                    "auth.api_keys_env; give it none of its own"
+                )
+            for key in tenant.api_keys:
+                if owners.setdefault(key, tenant.name) != tenant.name:
+                    raise ValueError(
+                        f"auth.tenants: a key of {tenant.name} is also a key of "
+                        f"{owners[key]}; a key belongs to one tenant"
+                    )
+        envs = [t.api_keys_env for t in self.tenants if t.api_keys_env] + [self.api_keys_env]
+        envs = [env for env in envs if env]
+        if len(set(envs)) != len(envs):
+            raise ValueError(f"auth.tenants: each api_keys_env must differ ({envs})")
         return self
+
+    def tenant(self, name: str) -> TenantConfig:
+        """A tenant's settings; the default tenant's are its entry's, when listed."""
+        found = next((tenant for tenant in self.tenants if tenant.name == name), None)
+        return found or TenantConfig(name=name)
 
 
 class RequestLimits(StrictModel):

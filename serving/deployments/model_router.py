@@ -125,7 +125,7 @@ class ModelRouter:
         if self.config.state.batch.enabled:
             # Batches are served from the store; their lines run on each model's replicas.
             app = BatchRoutes(batch_app(open_batches(self.config.state), self.batch_models), app)
-        app = APIKeyAuth(app, keys) if keys.enabled else app
+        app = APIKeyAuth(app, keys)  # with no key configured: the default tenant
         if self.tracer is not None:  # the trace of each request starts (or continues) here
             attributes = {spans.COMPONENT: "router"}
             app = TracedRequests(app, self.tracer, spans.ROUTER_REQUEST, attributes)

@@ -91,6 +91,7 @@ OVERRIDES: dict[str, Any] = {
     "platform.vllm.adapters": [{"name": "demo", "path": "demo:demo"}],
     "platform.vllm.autoscaling": None,  # off: a fixed num_replicas
     "platform.analysis.auth": {"api_keys_env": "ANALYSIS_KEYS"},
+    "platform.auth.tenants": [{"name": "team-a", "api_keys_env": "TEAM_A_KEYS"}],
     "platform.state.url": "postgresql+psycopg://llm@db.example.com:5432/llm",
     "platform.tracing.otlp_endpoint": "http://collector.example.com:4318/v1/traces",
     "tracing.otlpEndpoint": "http://collector.example.com:4318/v1/traces",  # the chart wants a URL

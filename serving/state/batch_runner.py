@@ -20,9 +20,11 @@ from typing import Any
 
 from openai.types import Batch
 
+from serving.config.access import DEFAULT_TENANT
 from serving.state.batch_lines import dump, output_line
 from serving.state.batches import RUNNING, BatchAPIError, Batches
 from serving.state.line_store import OWNER_STALE_S, Line
+from serving.state.tenancy import Principal, current_principal
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +161,10 @@ class BatchRunner:
 
     async def run_line(self, line: Line) -> None:
         request = json.loads(line.request)
+        # The line runs as its batch's tenant (what it stores is theirs); its priority is the
+        # platform's (line_body sets it), so the tenant's priority rule does not apply.
+        tenant = await asyncio.to_thread(self.store.owner, "batch", line.batch_id)
+        current_principal.set(Principal(tenant or DEFAULT_TENANT, may_set_priority=True))
         try:
             if self.prepare is not None:
                 await self.prepare(line.model)

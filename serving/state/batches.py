@@ -30,6 +30,7 @@ from serving.state.batch_lines import (
     parse_input,
 )
 from serving.state.store import Store, open_store
+from serving.state.tenancy import owner_tenant, request_tenant
 
 RUNNING = ("validating", "in_progress", "cancelling", "finalizing")
 ENDED = ("completed", "failed", "expired", "cancelled")
@@ -85,38 +86,44 @@ class Batches:
             purpose=purpose,  # checked by the HTTP layer (only "batch")
             status="processed",
         )
-        self.store.put(CONTENT, file.id, content)
-        self.store.put(FILE, file.id, file.model_dump_json().encode())
+        tenant = owner_tenant()
+        self.store.put(CONTENT, file.id, content, tenant=tenant)
+        self.store.put(FILE, file.id, file.model_dump_json().encode(), tenant=tenant)
         return file
 
     def file(self, id: str) -> FileObject:
-        body = self.store.get(FILE, id)
+        body = self.store.get(FILE, id, request_tenant())
         if body is None:
             raise not_found("file", id)
         return FileObject.model_validate_json(body)
 
     def files(self, limit: int, after: str | None, purpose: str | None) -> list[FileObject]:
-        bodies = self.store.newest(FILE, limit if purpose is None else 10_000, after)
+        count = limit if purpose is None else 10_000
+        bodies = self.store.newest(FILE, count, after, request_tenant())
         found = [FileObject.model_validate_json(body) for body in bodies]
         return [f for f in found if purpose is None or f.purpose == purpose][:limit]
 
     def file_content(self, id: str) -> bytes:
         self.file(id)
-        content = self.store.get(CONTENT, id)
+        content = self.store.get(CONTENT, id, request_tenant())
         if content is None:
             raise not_found("file content", id)
         return content
 
     def delete_file(self, id: str) -> FileDeleted:
         self.file(id)
-        self.store.delete(CONTENT, id)
-        self.store.delete(FILE, id)
+        self.store.delete(CONTENT, id, request_tenant())
+        self.store.delete(FILE, id, request_tenant())
         return FileDeleted(id=id, object="file", deleted=True)
 
     # -- batches --------------------------------------------------------------------------------
 
     def save(self, batch: Batch) -> None:
-        self.store.put(BATCH, batch.id, batch.model_dump_json().encode(), tag=batch.status)
+        """Write a batch, its tenant's: the creating request's, or the stored batch's owner (the
+        platform's own updates keep it)."""
+        tenant = self.store.owner(BATCH, batch.id) or owner_tenant()
+        body = batch.model_dump_json().encode()
+        self.store.put(BATCH, batch.id, body, tag=batch.status, tenant=tenant)
 
     def move(self, batch: Batch, expected: str) -> bool:
         """Save `batch` (its new status) if its stored status is still `expected`."""
@@ -124,7 +131,7 @@ class Batches:
         return self.store.put_if(BATCH, batch.id, body, batch.status, expected)
 
     def stored(self, id: str) -> Batch:
-        body = self.store.get(BATCH, id)
+        body = self.store.get(BATCH, id, request_tenant())
         if body is None:
             raise not_found("batch", id)
         return Batch.model_validate_json(body)
@@ -135,7 +142,8 @@ class Batches:
         return self.with_counts(batch) if batch.status in RUNNING else batch
 
     def batches(self, limit: int, after: str | None) -> list[Batch]:
-        return [Batch.model_validate_json(body) for body in self.store.newest(BATCH, limit, after)]
+        bodies = self.store.newest(BATCH, limit, after, request_tenant())
+        return [Batch.model_validate_json(body) for body in bodies]
 
     def with_counts(self, batch: Batch) -> Batch:
         counts = self.store.line_counts(batch.id)
@@ -263,7 +271,9 @@ class Batches:
             ("error_file_id", errors, "error"),
         ):
             ids[key] = (
-                self.put_result_file(f"file-{stem}-{suffix}", f"{batch.id}_{suffix}.jsonl", lines)
+                self.put_result_file(
+                    batch, f"file-{stem}-{suffix}", f"{batch.id}_{suffix}.jsonl", lines
+                )
                 if lines
                 else None
             )
@@ -271,7 +281,8 @@ class Batches:
         counts = {"total": total, "completed": len(output), "failed": len(errors)}
         return {**ids, "request_counts": counts}
 
-    def put_result_file(self, id: str, filename: str, lines: list[str]) -> str:
+    def put_result_file(self, batch: Batch, id: str, filename: str, lines: list[str]) -> str:
+        """An output or error file of `batch`, its tenant's."""
         content = "".join(line + "\n" for line in lines).encode()
         file = FileObject(
             id=id,
@@ -282,8 +293,9 @@ class Batches:
             purpose="batch_output",
             status="processed",
         )
-        self.store.put(CONTENT, id, content)
-        self.store.put(FILE, id, file.model_dump_json().encode())
+        tenant = self.store.owner(BATCH, batch.id) or owner_tenant()
+        self.store.put(CONTENT, id, content, tenant=tenant)
+        self.store.put(FILE, id, file.model_dump_json().encode(), tenant=tenant)
         return id
 
     def end(self, batch: Batch, status: str, expected: str) -> bool:

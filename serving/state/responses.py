@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from serving.state.store import Store
+from serving.state.tenancy import owner_tenant, request_tenant
 
 if TYPE_CHECKING:
     from vllm.entrypoints.openai.responses.protocol import ResponsesResponse
@@ -59,16 +60,16 @@ class StoreView(MutableMapping[str, V]):
         self.decode = decode
 
     def __getitem__(self, id: str) -> V:
-        body = self.store.get(self.kind, id)
+        body = self.store.get(self.kind, id, request_tenant())
         if body is None:
             raise KeyError(id)
         return self.decode(body)
 
     def __setitem__(self, id: str, value: V) -> None:
-        self.store.put(self.kind, id, self.encode(value))
+        self.store.put(self.kind, id, self.encode(value), tenant=owner_tenant())
 
     def __delitem__(self, id: str) -> None:
-        if not self.store.delete(self.kind, id):
+        if not self.store.delete(self.kind, id, request_tenant()):
             raise KeyError(id)
 
     def __iter__(self) -> Iterator[str]:
@@ -153,10 +154,19 @@ class KeptResponses:
     async def create(self, create: Callable[..., Any], request: Any, *args: Any, **kw: Any) -> Any:
         """vLLM's create, but a background request over the replica's cap is a 429: a background
         run outlives its HTTP request, so nothing else bounds how many run at once."""
+        from http import HTTPStatus
+
+        chosen: set[str] = getattr(request, "model_fields_set", set())
+        if "request_id" in chosen and await asyncio.to_thread(self.taken, request.request_id):
+            return self.serving.create_error_response(
+                f"a response with id {request.request_id!r} exists: a client-chosen request_id "
+                "must be new (it becomes the stored response's id)",
+                err_type="invalid_request_error",
+                status_code=HTTPStatus.CONFLICT,
+                param="request_id",
+            )
         running = len(self.serving.background_tasks)
         if getattr(request, "background", False) and running >= self.max_background:
-            from http import HTTPStatus
-
             return self.serving.create_error_response(
                 f"this replica runs {running} background responses, the limit "
                 f"state.max_background_responses={self.max_background}; retry when one ends",
@@ -165,6 +175,10 @@ class KeptResponses:
                 param="background",
             )
         return await create(request, *args, **kw)
+
+    def taken(self, response_id: str) -> bool:
+        """Whether any tenant's response (or its messages) has this id."""
+        return any(self.store.owner(kind, response_id) for kind in (RESPONSE, MESSAGES))
 
     # -- background runs -------------------------------------------------------------------------
 
@@ -184,7 +198,7 @@ class KeptResponses:
             failure = f"{type(err).__name__}: {err}"
         finally:
             watcher.cancel()
-            await asyncio.to_thread(self.store.delete, RUN, response_id)
+            await asyncio.to_thread(self.store.delete, RUN, response_id, request_tenant())
         await self.mark_failed(response_id, failure)
 
     async def watch(self, response_id: str, run: asyncio.Task) -> None:
@@ -202,7 +216,7 @@ class KeptResponses:
 
     def beat(self, response_id: str) -> None:
         record = {"owner": self.replica, "beat_at": time.time()}
-        self.store.put(RUN, response_id, json.dumps(record).encode())
+        self.store.put(RUN, response_id, json.dumps(record).encode(), tenant=owner_tenant())
 
     async def mark_failed(self, response_id: str, message: str) -> None:
         """A response still queued or in progress becomes failed, with OpenAI's `error`."""
@@ -217,7 +231,7 @@ class KeptResponses:
 
     def run_lost(self, response: ResponsesResponse, now: float) -> bool:
         """Its run's last beat (none yet: its creation) is older than RUN_LOST_S."""
-        body = self.store.get(RUN, response.id)
+        body = self.store.get(RUN, response.id, request_tenant())
         beat_at = json.loads(body)["beat_at"] if body is not None else response.created_at
         return now - beat_at > RUN_LOST_S
 
@@ -274,9 +288,10 @@ class KeptResponses:
 
     def forget(self, response_id: str) -> bool:
         """Delete a stored response and its messages (a run of it elsewhere sees it gone)."""
-        self.store.delete(MESSAGES, response_id)
-        self.store.delete(RUN, response_id)
-        return self.store.delete(RESPONSE, response_id)
+        tenant = request_tenant()
+        self.store.delete(MESSAGES, response_id, tenant)
+        self.store.delete(RUN, response_id, tenant)
+        return self.store.delete(RESPONSE, response_id, tenant)
 
     async def delete_route(self, response_id: str) -> JSONResponse:
         """`DELETE /v1/responses/{id}` (vLLM has none), answered as OpenAI does."""

@@ -24,15 +24,17 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from serving.config.access import DEFAULT_TENANT
 from serving.config.state import StateConfig
 from serving.models import cache_root
 from serving.state.line_store import LineStore, delete_lines_of
-from serving.state.tables import alive, metadata, records, upsert
+from serving.state.tables import add_missing_columns, alive, metadata, records, upsert
 
 EVICT_EVERY_S = 10.0
 
@@ -75,6 +77,7 @@ def create_tables(engine: Engine) -> None:
     for attempt in range(attempts):
         try:
             metadata.create_all(engine)
+            add_missing_columns(engine)
             return
         except DBAPIError:
             if attempt == attempts - 1:
@@ -100,14 +103,26 @@ class Store(LineStore):
 
     # -- records --------------------------------------------------------------------------------
 
-    def put(self, kind: str, id: str, body: bytes, tag: str | None = None) -> None:
-        """Write a record (a new one or over the old), expiring ttl_s from now."""
+    def put(
+        self, kind: str, id: str, body: bytes, tag: str | None = None, tenant: str = DEFAULT_TENANT
+    ) -> bool:
+        """Write `tenant`'s record (a new one or over its old one), expiring ttl_s from now. A
+        record of another tenant under the same id is left as it is (False)."""
         now = time.time()
         values = {"body": body, "size": len(body), "tag": tag, "expires_at": now + self.ttl_s}
-        row = {"kind": kind, "id": id, "pinned": False, "created_at": now, **values}
+        row = {"kind": kind, "id": id, "tenant": tenant, "pinned": False, "created_at": now}
         with self.engine.begin() as conn:
-            conn.execute(upsert(self.engine, records, row, list(values)))
+            statement = upsert(self.engine, records, row | values, list(values), same="tenant")
+            # RETURNING, not rowcount: PostgreSQL counts a conflict whose WHERE updated nothing
+            written = conn.execute(statement.returning(records.c.id)).first() is not None
         self.maybe_evict(now)
+        return written
+
+    def owner(self, kind: str, id: str) -> str | None:
+        """The tenant of a record (live or not yet evicted); None: no such record."""
+        query = select(records.c.tenant).where(records.c.kind == kind, records.c.id == id)
+        with self.engine.connect() as conn:
+            return conn.execute(query).scalar()
 
     def put_if(self, kind: str, id: str, body: bytes, tag: str, expected: str) -> bool:
         """Overwrite a record only while its tag is still `expected`: a compare-and-set, so of two
@@ -118,18 +133,18 @@ class Store(LineStore):
         with self.engine.begin() as conn:
             return bool(conn.execute(update(records).where(where).values(**values)).rowcount)
 
-    def get(self, kind: str, id: str) -> bytes | None:
+    def get(self, kind: str, id: str, tenant: str | None = None) -> bytes | None:
+        """A live record; `tenant`: only if it is that tenant's (None: the platform, any)."""
         query = select(records.c.body).where(
-            records.c.kind == kind, records.c.id == id, alive(time.time())
+            records.c.kind == kind, records.c.id == id, alive(time.time()), of_tenant(tenant)
         )
         with self.engine.connect() as conn:
             return conn.execute(query).scalar()
 
-    def delete(self, kind: str, id: str) -> bool:
+    def delete(self, kind: str, id: str, tenant: str | None = None) -> bool:
+        where = and_(records.c.kind == kind, records.c.id == id, of_tenant(tenant))
         with self.engine.begin() as conn:
-            gone = conn.execute(
-                delete(records).where(records.c.kind == kind, records.c.id == id)
-            ).rowcount
+            gone = conn.execute(delete(records).where(where)).rowcount
             if kind == "batch":
                 conn.execute(delete_lines_of(id))
         return bool(gone)
@@ -139,16 +154,18 @@ class Store(LineStore):
         with self.engine.begin() as conn:
             conn.execute(update(records).where(where).values(pinned=pinned))
 
-    def newest(self, kind: str, limit: int, after: str | None = None) -> list[bytes]:
-        """Bodies of `kind`, newest first; `after`: only those after that record in this order
-        (records written in one clock tick are ordered by id, so a page never skips one)."""
-        query = select(records.c.body).where(records.c.kind == kind, alive(time.time()))
+    def newest(
+        self, kind: str, limit: int, after: str | None = None, tenant: str | None = None
+    ) -> list[bytes]:
+        """Bodies of `kind` (`tenant`'s only, when given), newest first; `after`: only those after
+        that record in this order (records written in one clock tick are ordered by id, so a
+        page never skips one)."""
+        mine = and_(records.c.kind == kind, of_tenant(tenant))
+        query = select(records.c.body).where(mine, alive(time.time()))
         with self.engine.connect() as conn:
             if after is not None:
                 start = conn.execute(
-                    select(records.c.created_at).where(
-                        records.c.kind == kind, records.c.id == after
-                    )
+                    select(records.c.created_at).where(mine, records.c.id == after)
                 ).scalar()
                 if start is None:
                     return []
@@ -215,6 +232,11 @@ class Store(LineStore):
     def _over_cap(self, conn: Connection) -> int:
         total = conn.execute(select(func.coalesce(func.sum(records.c.size), 0))).scalar_one()
         return int(total) - self.max_bytes
+
+
+def of_tenant(tenant: str | None) -> Any:
+    """Records of `tenant`; None: every tenant's (the platform's own reads)."""
+    return true() if tenant is None else records.c.tenant == tenant
 
 
 _stores: dict[str, Store] = {}

@@ -22,6 +22,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
+from serving.config.access import DEFAULT_TENANT
+
 metadata = MetaData()
 records = Table(
     "records",
@@ -31,6 +33,8 @@ records = Table(
     Column("body", LargeBinary, nullable=False),
     Column("size", Integer, nullable=False),
     Column("tag", String(32), nullable=True),  # a batch's status, to find the running ones
+    # Whose record it is: a request reads and changes only its tenant's (serving/state/tenancy.py).
+    Column("tenant", String(64), nullable=False, server_default=DEFAULT_TENANT, index=True),
     Column("pinned", Boolean, nullable=False, default=False),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False, index=True),
@@ -55,15 +59,39 @@ owners = Table(
 )
 
 
-def upsert(engine: Engine, table: Table, values: dict[str, Any], update_keys: list[str]) -> Any:
+def upsert(
+    engine: Engine,
+    table: Table,
+    values: dict[str, Any],
+    update_keys: list[str],
+    same: str | None = None,
+) -> Any:
     """INSERT ... ON CONFLICT DO UPDATE: one statement, so concurrent writers of one new key
-    never collide (an UPDATE-then-INSERT lets two of them INSERT)."""
+    never collide (an UPDATE-then-INSERT lets two of them INSERT). `same`: a column the stored
+    row must share with the new one to be updated (a record never changes its tenant)."""
     dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
     statement = dialect.insert(table).values(**values)
     keys = [column.name for column in table.primary_key]
+    where = None if same is None else table.c[same] == statement.excluded[same]
     return statement.on_conflict_do_update(
-        index_elements=keys, set_={key: statement.excluded[key] for key in update_keys}
+        index_elements=keys, set_={key: statement.excluded[key] for key in update_keys}, where=where
     )
+
+
+def add_missing_columns(engine: Engine) -> None:
+    """Columns added since a store's tables were created (create_all adds tables, not columns):
+    `records.tenant`, every older record the default tenant's."""
+    from sqlalchemy import inspect, text
+
+    present = {column["name"] for column in inspect(engine).get_columns("records")}
+    if "tenant" not in present:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "ALTER TABLE records ADD COLUMN tenant VARCHAR(64) NOT NULL "
+                    f"DEFAULT '{DEFAULT_TENANT}'"
+                )
+            )
 
 
 def alive(now: float) -> ColumnElement[bool]:

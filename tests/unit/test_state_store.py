@@ -304,3 +304,53 @@ def server_connections(postgres: Postgres) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_a_tenant_reads_lists_and_deletes_only_its_records(
+    make_store: Callable[..., Store],
+) -> None:
+    store = make_store()
+    store.put("file", "f-a", b"a's", tenant="team-a")
+    store.put("file", "f-b", b"b's", tenant="team-b")
+    assert store.get("file", "f-a", "team-a") == b"a's"
+    assert store.get("file", "f-a", "team-b") is None
+    assert store.get("file", "f-a") == b"a's"  # the platform's own reads see every tenant's
+    assert store.newest("file", 10, tenant="team-b") == [b"b's"]
+    assert sorted(store.newest("file", 10)) == [b"a's", b"b's"]
+    assert store.newest("file", 10, after="f-a", tenant="team-b") == []  # not b's cursor
+    assert not store.delete("file", "f-a", "team-b")
+    assert store.get("file", "f-a", "team-a") == b"a's"
+    assert store.delete("file", "f-a", "team-a") and store.get("file", "f-a") is None
+
+
+def test_a_record_never_passes_to_another_tenant(make_store: Callable[..., Store]) -> None:
+    store = make_store()
+    assert store.put("response", "resp_1", b"mine", tenant="team-a")
+    assert not store.put("response", "resp_1", b"theirs", tenant="team-b")
+    assert store.owner("response", "resp_1") == "team-a"
+    assert store.get("response", "resp_1") == b"mine"
+    assert store.put("response", "resp_1", b"mine, later", tenant="team-a")
+    assert store.get("response", "resp_1", "team-a") == b"mine, later"
+
+
+def test_an_older_store_gets_the_tenant_column(tmp_path: Path) -> None:
+    """A store made before tenants (records without `tenant`): its records become the default
+    tenant's when a replica of this version opens it."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sqlalchemy.text(
+                "CREATE TABLE records (kind VARCHAR(32), id VARCHAR(128), body BLOB NOT NULL, "
+                "size INTEGER NOT NULL, tag VARCHAR(32), pinned BOOLEAN NOT NULL, "
+                "created_at FLOAT NOT NULL, expires_at FLOAT NOT NULL, PRIMARY KEY (kind, id))"
+            )
+        )
+        conn.execute(
+            sqlalchemy.text(
+                "INSERT INTO records VALUES ('file', 'old', x'6f6c64', 3, NULL, 0, 1, 9e18)"
+            )
+        )
+    store = Store(StateConfig(url=url))
+    assert store.owner("file", "old") == "default"
+    assert store.get("file", "old", "default") == b"old"

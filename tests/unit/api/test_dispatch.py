@@ -1,6 +1,6 @@
 """The one endpoint's dispatch, without Ray: ModelDispatch over in-process `forward`s that run a
 small ASGI app through `run_asgi`, as a model's replica does. The real path (Serve handles, vLLM's
-app, adapters): tests/integration/test_multi_model.py."""
+app, adapters): tests/integration/multi_model/test_multi_model.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The router when its model's replica dies: before the first byte the request goes once more
 (Serve picks a live replica), else a 503 in OpenAI's shape; after it, a stream ends with an
 OpenAI error event and `[DONE]`, any other body just ends; never a bare cut or a plain-text 500.
-Fake handles that raise stand in for Serve's; the real death: tests/integration/test_multi_model.py.
+Fake handles that raise stand in for Serve's; the real death: tests/integration/multi_model/test_multi_model.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Adapters added and removed at run time on the one endpoint (vLLM's load/unload routes and
 bodies): checked by loading into one replica before the name is served, refused clearly when
 bad, listed with their parent, and gone after an unload. The real path (Serve handles, vLLM's
-loader): tests/integration/test_multi_model.py."""
+loader): tests/integration/multi_model/test_multi_model.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A replica's on-demand adapters, around vLLM's own loader (a stand-in here; the real engine
-loads them in tests/integration/test_multi_model.py): each load is counted and reported, and a
+loads them in tests/integration/multi_model/test_multi_model.py): each load is counted and reported, and a
 refusal names the adapter."""
 
 from __future__ import annotations

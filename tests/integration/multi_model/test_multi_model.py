@@ -12,56 +12,19 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import psutil
 import pytest
-import yaml
-from filelock import FileLock
 
 from serving.config import load_config
 from serving.config.adapters import DEMO_PREFIX, ensure_demo_adapter
 from serving.metrics import ADAPTER_LOADS, counter_values
-from serving.models import cache_root, resolve_model
-from tests.integration.conftest import ROOT, SESSION_LOCK, free_port, run_cli
-
-EXAMPLE = ROOT / "serving" / "examples" / "multi-model.yaml"
-GREEDY = {"temperature": 0.0}
-METRICS_PORT = free_port()
-KEY = "sk-multi-model-test"  # runtime adapters need API keys
-AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The example's OpenAI base URL while it runs (its own Ray head, before the shared one)."""
-    config = yaml.safe_load(EXAMPLE.read_text())
-    port = free_port()
-    config["http"] = {"port": port, "replica_drain_s": 2}  # one machine (see conftest)
-    config["ray"] = {"dashboard_port": free_port(), "metrics_export_port": METRICS_PORT}
-    config["auth"] = {"api_keys": [KEY]}
-    for entry in config["models"]:  # the cache this run uses ($LLM_SERVING_CACHE), not ~/.cache
-        if entry.get("runtime_adapters"):
-            entry["adapter_roots"] = [str(cache_root() / "adapters")]
-    path = tmp_path_factory.mktemp("multi-model") / "multi-model.yaml"
-    path.write_text(yaml.safe_dump(config))
-    with FileLock(str(SESSION_LOCK), timeout=3600), pytest.MonkeyPatch.context() as env:
-        env.setenv("OPENAI_API_KEY", KEY)  # for the conformance and bench commands
-        started = run_cli("up", "--detach", "--config", str(path))
-        if started.returncode != 0:
-            run_cli("down")
-            pytest.fail(f"llm-serving up failed:\n{started.stdout}\n{started.stderr}")
-        try:
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            run_cli("down", timeout=120)
-
-
-def client(endpoint: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=endpoint, api_key=KEY, max_retries=0)
+from serving.models import resolve_model
+from tests.integration.conftest import run_cli
+from tests.integration.multi_model.conftest import AUTH, EXAMPLE, GREEDY, METRICS_PORT, client
 
 
 def example_names() -> tuple[list[str], dict[str, str]]:
