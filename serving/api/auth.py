@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.api.errors import error_body
 from serving.config import ConfigError, PlatformConfig
-from serving.config.access import DEFAULT_TENANT, AuthConfig
+from serving.config.access import DEFAULT_TENANT, AuthConfig, TenantConfig
 from serving.state.tenancy import Principal, current_principal
 
 # Routes that answer without a key: probes (`llm-serving up`, Kubernetes, Serve) must see health.
@@ -36,7 +36,7 @@ class KeyRing:
 
     digests: tuple[bytes, ...] = ()
     tenants: tuple[str, ...] = ()  # the tenant of each digest (default when shorter)
-    may_set_priority: frozenset[str] = frozenset()  # tenants whose requests may set `priority`
+    settings: tuple[TenantConfig, ...] = ()  # what each listed tenant may do and hold
 
     @classmethod
     def of(cls, keys: Iterable[str], tenant: str = DEFAULT_TENANT) -> KeyRing:
@@ -44,7 +44,7 @@ class KeyRing:
 
     @classmethod
     def of_tenants(
-        cls, keys: Mapping[str, Iterable[str]], may_set_priority: Iterable[str] = ()
+        cls, keys: Mapping[str, Iterable[str]], settings: Iterable[TenantConfig] = ()
     ) -> KeyRing:
         """Keys by tenant; a key of two tenants is a ConfigError (naming them, not the key)."""
         owner: dict[bytes, str] = {}
@@ -57,7 +57,7 @@ class KeyRing:
                         f"auth.tenants: a key of {tenant} is also a key of "
                         f"{owner[digest(key)]}; a key belongs to one tenant"
                     )
-        return cls(tuple(owner), tuple(owner.values()), frozenset(may_set_priority))
+        return cls(tuple(owner), tuple(owner.values()), tuple(settings))
 
     @property
     def enabled(self) -> bool:
@@ -75,7 +75,8 @@ class KeyRing:
         return self.tenant_of(key) is not None
 
     def principal(self, tenant: str) -> Principal:
-        return Principal(tenant, tenant in self.may_set_priority)
+        found = next((s for s in self.settings if s.name == tenant), None)
+        return Principal(found or TenantConfig(name=tenant))
 
 
 def configured_keys(auth: AuthConfig, environ: Mapping[str, str]) -> KeyRing:
@@ -89,8 +90,7 @@ def configured_keys(auth: AuthConfig, environ: Mapping[str, str]) -> KeyRing:
     for tenant in auth.tenants:
         if tenant.name != DEFAULT_TENANT:
             keys[tenant.name] = [*tenant.api_keys, *from_env(tenant.api_keys_env)]
-    allowed = [t.name for t in auth.tenants if t.may_set_priority]
-    return KeyRing.of_tenants(keys, allowed)
+    return KeyRing.of_tenants(keys, auth.tenants)
 
 
 def key_ring(auth: AuthConfig) -> KeyRing:

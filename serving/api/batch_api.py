@@ -75,7 +75,7 @@ def batch_app(batches: Batches, served: Served) -> ASGIApp:
     @app.exception_handler(BatchAPIError)
     async def _refused(_: Request, err: BatchAPIError) -> JSONResponse:
         kind = "NotFoundError" if err.status == 404 else None
-        return error_response(APIError(err.message, err.status, err.param, kind=kind))
+        return error_response(APIError(err.message, err.status, err.param, err.code, kind=kind))
 
     @app.post("/v1/files")
     async def create_file(

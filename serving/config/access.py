@@ -42,6 +42,19 @@ class TenantConfig(StrictModel):
         description="Whether the tenant's requests may set vLLM's `priority` (the body field or "
         "the X-Vllm-Priority header); otherwise a non-zero priority is refused (403).",
     )
+    max_stored_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="Most bytes of stored responses and files the tenant may hold; a new file or "
+        "stored response past it is refused (429 storage_quota_exceeded) instead of evicting "
+        "anything. Unset: no limit of its own (state.max_bytes still bounds the store).",
+    )
+    max_running_batches: int | None = Field(
+        None,
+        gt=0,
+        description="Most batches of the tenant running at once; another is refused (429 "
+        "batch_quota_exceeded). Unset: no limit.",
+    )
 
     @model_validator(mode="after")
     def _check_keys(self) -> TenantConfig:

@@ -20,7 +20,7 @@ from typing import Any
 
 from openai.types import Batch
 
-from serving.config.access import DEFAULT_TENANT
+from serving.config.access import DEFAULT_TENANT, TenantConfig
 from serving.state.batch_lines import dump, output_line
 from serving.state.batches import RUNNING, BatchAPIError, Batches
 from serving.state.line_store import OWNER_STALE_S, Line
@@ -164,7 +164,8 @@ class BatchRunner:
         # The line runs as its batch's tenant (what it stores is theirs); its priority is the
         # platform's (line_body sets it), so the tenant's priority rule does not apply.
         tenant = await asyncio.to_thread(self.store.owner, "batch", line.batch_id)
-        current_principal.set(Principal(tenant or DEFAULT_TENANT, may_set_priority=True))
+        line_tenant = TenantConfig(name=tenant or DEFAULT_TENANT, may_set_priority=True)
+        current_principal.set(Principal(line_tenant))
         try:
             if self.prepare is not None:
                 await self.prepare(line.model)

@@ -30,7 +30,7 @@ from serving.state.batch_lines import (
     parse_input,
 )
 from serving.state.store import Store, open_store
-from serving.state.tenancy import owner_tenant, request_tenant
+from serving.state.tenancy import owner_tenant, request_settings, request_tenant
 
 RUNNING = ("validating", "in_progress", "cancelling", "finalizing")
 ENDED = ("completed", "failed", "expired", "cancelled")
@@ -42,9 +42,11 @@ FILE, CONTENT, BATCH = "file", "file_content", "batch"
 class BatchAPIError(ValueError):
     """A request the Batch API refuses (the HTTP layer answers it in OpenAI's error shape)."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
-        self.message, self.status, self.param = message, status, param
+        self.message, self.status, self.param, self.code = message, status, param, code
 
 
 def window_seconds(window: str) -> int:
@@ -69,6 +71,23 @@ def not_found(what: str, id: str) -> BatchAPIError:
     return BatchAPIError(f"No {what} with id {id!r}", status=404, param="id")
 
 
+def check_storage_room(store: Store, size: int) -> None:
+    """A request whose tenant would hold more than its max_stored_bytes with `size` more bytes is
+    refused (429): a tenant's writes never make room by evicting another tenant's records."""
+    settings = request_settings()
+    limit = settings.max_stored_bytes if settings else None
+    if limit is None or settings is None:
+        return
+    held = store.tenant_bytes(settings.name)
+    if held + size > limit:
+        raise BatchAPIError(
+            f"tenant {settings.name} stores {held} bytes; {size} more would pass its limit "
+            f"auth.tenants[].max_stored_bytes={limit}: delete files or responses first",
+            status=429,
+            code="storage_quota_exceeded",
+        )
+
+
 class Batches:
     def __init__(self, store: Store, settings: BatchSettings) -> None:
         self.store = store
@@ -77,6 +96,7 @@ class Batches:
     # -- files ----------------------------------------------------------------------------------
 
     def create_file(self, filename: str, purpose: str, content: bytes) -> FileObject:
+        check_storage_room(self.store, len(content))
         file = FileObject(
             id=new_id("file"),
             bytes=len(content),
@@ -145,6 +165,21 @@ class Batches:
         bodies = self.store.newest(BATCH, limit, after, request_tenant())
         return [Batch.model_validate_json(body) for body in bodies]
 
+    def check_batch_room(self) -> None:
+        """A tenant at its max_running_batches gets a 429 for another batch."""
+        settings = request_settings()
+        limit = settings.max_running_batches if settings else None
+        if limit is None or settings is None:
+            return
+        running = len(self.store.ids_tagged(BATCH, RUNNING, settings.name))
+        if running >= limit:
+            raise BatchAPIError(
+                f"tenant {settings.name} runs {running} batches, its limit "
+                f"auth.tenants[].max_running_batches={limit}; retry when one ends",
+                status=429,
+                code="batch_quota_exceeded",
+            )
+
     def with_counts(self, batch: Batch) -> Batch:
         counts = self.store.line_counts(batch.id)
         total = batch.request_counts.total if batch.request_counts else sum(counts.values())
@@ -178,6 +213,7 @@ class Batches:
                 )
         window_s = window_seconds(completion_window)
         file = self.file(input_file_id)
+        self.check_batch_room()
         if file.purpose != "batch":
             raise BatchAPIError(
                 f"file {input_file_id} has purpose {file.purpose!r}, not 'batch'",

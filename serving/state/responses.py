@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from serving.state.store import Store
-from serving.state.tenancy import owner_tenant, request_tenant
+from serving.state.tenancy import owner_tenant, request_settings, request_tenant
 
 if TYPE_CHECKING:
     from vllm.entrypoints.openai.responses.protocol import ResponsesResponse
@@ -165,6 +165,8 @@ class KeptResponses:
                 status_code=HTTPStatus.CONFLICT,
                 param="request_id",
             )
+        if refusal := await self.storage_refusal(request):
+            return refusal
         running = len(self.serving.background_tasks)
         if getattr(request, "background", False) and running >= self.max_background:
             return self.serving.create_error_response(
@@ -175,6 +177,26 @@ class KeptResponses:
                 param="background",
             )
         return await create(request, *args, **kw)
+
+    async def storage_refusal(self, request: Any) -> Any:
+        """A response to store from a tenant already at its max_stored_bytes: a 429 before it is
+        generated (its size is known only after)."""
+        from http import HTTPStatus
+
+        settings = request_settings()
+        limit = settings.max_stored_bytes if settings else None
+        if settings is None or limit is None or not getattr(request, "store", True):
+            return None
+        held = await asyncio.to_thread(self.store.tenant_bytes, settings.name)
+        if held < limit:
+            return None
+        return self.serving.create_error_response(
+            f"tenant {settings.name} stores {held} bytes, its limit auth.tenants[]."
+            f"max_stored_bytes={limit}: delete responses or files, or send store: false",
+            err_type="storage_quota_exceeded",
+            status_code=HTTPStatus.TOO_MANY_REQUESTS,
+            param="store",
+        )
 
     def taken(self, response_id: str) -> bool:
         """Whether any tenant's response (or its messages) has this id."""

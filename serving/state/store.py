@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter, defaultdict, deque
 from pathlib import Path
 from typing import Any
 
@@ -178,10 +179,20 @@ class Store(LineStore):
             query = query.order_by(records.c.created_at.desc(), records.c.id.desc()).limit(limit)
             return list(conn.execute(query).scalars())
 
-    def ids_tagged(self, kind: str, tags: tuple[str, ...]) -> list[str]:
-        query = select(records.c.id).where(records.c.kind == kind, records.c.tag.in_(tags))
+    def ids_tagged(self, kind: str, tags: tuple[str, ...], tenant: str | None = None) -> list[str]:
+        query = select(records.c.id).where(
+            records.c.kind == kind, records.c.tag.in_(tags), of_tenant(tenant)
+        )
         with self.engine.connect() as conn:
             return list(conn.execute(query.order_by(records.c.created_at)).scalars())
+
+    def tenant_bytes(self, tenant: str) -> int:
+        """Bytes of a tenant's live records (its share of max_bytes)."""
+        query = select(func.coalesce(func.sum(records.c.size), 0)).where(
+            records.c.tenant == tenant, alive(time.time())
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def total_bytes(self) -> int:
         with self.engine.connect() as conn:
@@ -200,7 +211,8 @@ class Store(LineStore):
                 self._evict_lock.release()
 
     def evict(self, now: float | None = None) -> int:
-        """Delete expired records, then the oldest unpinned ones while over max_bytes."""
+        """Delete expired records, then, while over max_bytes, the oldest unpinned ones of the
+        tenant that holds the most: one tenant's uploads never evict a lighter tenant's data."""
         now = time.time() if now is None else now
         unpinned = records.c.pinned.is_(False)
         with self.engine.begin() as conn:
@@ -214,15 +226,11 @@ class Store(LineStore):
                 over -= size  # deleted anyway: the cap counts what stays
             if over > 0:
                 oldest = (
-                    select(records.c.kind, records.c.id, records.c.size)
+                    select(records.c.kind, records.c.id, records.c.size, records.c.tenant)
                     .where(records.c.expires_at > now, unpinned)
                     .order_by(records.c.created_at)
                 )
-                for kind, id, size in conn.execute(oldest):
-                    if over <= 0:
-                        break
-                    gone.append((kind, id))
-                    over -= size
+                gone += heaviest_first([tuple(row) for row in conn.execute(oldest)], over)
             for kind, id in gone:
                 conn.execute(delete(records).where(records.c.kind == kind, records.c.id == id))
                 if kind == "batch":
@@ -232,6 +240,27 @@ class Store(LineStore):
     def _over_cap(self, conn: Connection) -> int:
         total = conn.execute(select(func.coalesce(func.sum(records.c.size), 0))).scalar_one()
         return int(total) - self.max_bytes
+
+
+def heaviest_first(oldest: list[tuple[Any, ...]], over: int) -> list[tuple[str, str]]:
+    """Which records to evict to free `over` bytes: `oldest` is (kind, id, size, tenant) oldest
+    first; each pick is the oldest record of the tenant holding the most bytes at that point (of
+    tenants holding as much, the older record)."""
+    queues: dict[str, deque[tuple[int, str, str, int]]] = defaultdict(deque)
+    held: Counter[str] = Counter()
+    for position, (kind, id, size, tenant) in enumerate(oldest):
+        queues[tenant].append((position, kind, id, size))
+        held[tenant] += size
+    chosen = []
+    while over > 0 and queues:
+        tenant = max(queues, key=lambda name: (held[name], -queues[name][0][0]))
+        _, kind, id, size = queues[tenant].popleft()
+        chosen.append((kind, id))
+        over -= size
+        held[tenant] -= size
+        if not queues[tenant]:
+            del queues[tenant]
+    return chosen
 
 
 def of_tenant(tenant: str | None) -> Any:

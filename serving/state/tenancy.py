@@ -11,15 +11,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from serving.config.access import DEFAULT_TENANT
+from serving.config.access import DEFAULT_TENANT, TenantConfig
 
 
 @dataclass(frozen=True)
 class Principal:
-    tenant: str = DEFAULT_TENANT
-    may_set_priority: bool = False
+    """A request's tenant, with what it may do and hold (auth.tenants[])."""
+
+    settings: TenantConfig = field(default_factory=lambda: TenantConfig(name=DEFAULT_TENANT))
+
+    @property
+    def tenant(self) -> str:
+        return self.settings.name
+
+    @property
+    def may_set_priority(self) -> bool:
+        return self.settings.may_set_priority
 
 
 current_principal: ContextVar[Principal | None] = ContextVar("llm_serving_principal", default=None)
@@ -29,6 +38,12 @@ def request_tenant() -> str | None:
     """The tenant a store read or write is confined to: the request's; None for the platform."""
     principal = current_principal.get()
     return None if principal is None else principal.tenant
+
+
+def request_settings() -> TenantConfig | None:
+    """The request's tenant's settings (its limits); None for the platform's own work."""
+    principal = current_principal.get()
+    return None if principal is None else principal.settings
 
 
 def owner_tenant() -> str:

@@ -354,3 +354,33 @@ def test_an_older_store_gets_the_tenant_column(tmp_path: Path) -> None:
     store = Store(StateConfig(url=url))
     assert store.owner("file", "old") == "default"
     assert store.get("file", "old", "default") == b"old"
+
+
+def test_over_the_cap_the_heaviest_tenant_loses_its_oldest_first() -> None:
+    oldest = [
+        ("file", "a1", 10, "team-a"),  # the oldest record of all, of the lighter tenant
+        ("file", "b1", 10, "team-b"),
+        ("file", "b2", 10, "team-b"),
+        ("file", "b3", 10, "team-b"),
+        ("file", "a2", 10, "team-a"),
+    ]
+    assert store_module.heaviest_first(oldest, 10) == [("file", "b1")]
+    assert store_module.heaviest_first(oldest, 35) == [
+        ("file", "b1"),
+        ("file", "a1"),  # both tenants hold 20 now: the older record goes
+        ("file", "b2"),
+        ("file", "b3"),
+    ]
+    assert store_module.heaviest_first(oldest, 0) == []
+
+
+def test_eviction_spares_the_lighter_tenant(make_store: Callable[..., Store], clock: Clock) -> None:
+    store = make_store(max_bytes=100)
+    store.put("file", "a-old", b"a" * 30, tenant="team-a")
+    clock.now += 1
+    for n in range(4):
+        store.put("file", f"b{n}", b"b" * 30, tenant="team-b")
+        clock.now += 1
+    assert store.evict() == 2  # 150 bytes: team-b's two oldest go, team-a's older one stays
+    assert store.get("file", "a-old") is not None
+    assert [store.get("file", f"b{n}") is None for n in range(4)] == [True, True, False, False]

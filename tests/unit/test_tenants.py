@@ -18,7 +18,7 @@ from serving.api.auth import APIKeyAuth, KeyRing, configured_keys
 from serving.api.batch_api import BatchRoutes, batch_app
 from serving.api.vllm_wrap import priority_refusal
 from serving.config import ConfigError, parse_config
-from serving.config.access import DEFAULT_TENANT, AuthConfig
+from serving.config.access import DEFAULT_TENANT, AuthConfig, TenantConfig
 from serving.config.state import BatchSettings, StateConfig
 from serving.state.batches import Batches
 from serving.state.store import Store
@@ -43,8 +43,9 @@ def test_each_key_belongs_to_its_tenant_and_auth_keys_to_the_default() -> None:
         DEFAULT_TENANT,
         None,
     ]
-    assert ring.principal("team-a") == Principal("team-a", may_set_priority=True)
-    assert ring.principal("team-b") == Principal("team-b", may_set_priority=False)
+    assert ring.principal("team-a").may_set_priority
+    assert ring.principal("team-b").settings == auth.tenants[1]
+    assert ring.principal(DEFAULT_TENANT).settings == TenantConfig(name=DEFAULT_TENANT)
 
 
 def test_a_key_of_two_tenants_is_refused_in_the_config_and_from_the_environment() -> None:
@@ -90,13 +91,13 @@ def test_a_request_runs_as_its_keys_tenant_and_as_the_default_without_keys() -> 
 
 def test_priority_is_refused_unless_the_tenant_may_set_it() -> None:
     none = Headers({})
-    with acting_as(Principal("team-b")):
+    with acting_as(Principal(TenantConfig(name="team-b"))):
         refused = priority_refusal({"priority": -1000000}, none)
         assert refused is not None and refused.status == 403 and refused.param == "priority"
         assert priority_refusal({}, Headers({"x-vllm-priority": "-5"})) is not None
         assert priority_refusal({"priority": 0}, none) is None
         assert priority_refusal({"model": "m"}, none) is None
-    with acting_as(Principal("team-a", may_set_priority=True)):
+    with acting_as(Principal(TenantConfig(name="team-a", may_set_priority=True))):
         assert priority_refusal({"priority": -5}, none) is None
     assert priority_refusal({"priority": 5}, none) is None  # the platform's own (batch lines)
 
@@ -108,11 +109,18 @@ async def vllm_stub(scope: Scope, receive: Receive, send: Send) -> None:
     await PlainTextResponse("vllm")(scope, receive, send)
 
 
+LINE = (
+    b'{"custom_id": "c0", "method": "POST", "url": "/v1/chat/completions", "body": '
+    b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}}\n'
+)
+
+
 @pytest.fixture
 def clients(tmp_path: Path) -> Iterator[dict[str, openai.OpenAI]]:
     store = Store(StateConfig(url=f"sqlite:///{tmp_path / 'state.db'}"))
     batches = Batches(store, BatchSettings())
-    ring = KeyRing.of_tenants({"team-a": ["sk-a"], "team-b": ["sk-b"]})
+    limited = TenantConfig(name="team-b", max_stored_bytes=1000, max_running_batches=1)
+    ring = KeyRing.of_tenants({"team-a": ["sk-a"], "team-b": ["sk-b"]}, [limited])
     app = APIKeyAuth(BatchRoutes(batch_app(batches, lambda: ({"m"}, "m", set())), vllm_stub), ring)
     http = TestClient(app, base_url="http://testserver")  # no lifespan: vLLM's app is a stub
     yield {
@@ -121,12 +129,6 @@ def clients(tmp_path: Path) -> Iterator[dict[str, openai.OpenAI]]:
         )
         for tenant, key in (("team-a", "sk-a"), ("team-b", "sk-b"))
     }
-
-
-LINE = (
-    b'{"custom_id": "c0", "method": "POST", "url": "/v1/chat/completions", "body": '
-    b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}}\n'
-)
 
 
 def test_another_tenants_files_and_batches_are_404s_and_not_listed(
@@ -155,3 +157,37 @@ def test_another_tenants_files_and_batches_are_404s_and_not_listed(
     assert [f.id for f in a.files.list()] == [file.id]
     assert a.batches.retrieve(batch.id).status == batch.status
     assert [x.id for x in a.batches.list()] == [batch.id]
+
+
+def test_a_tenant_at_its_storage_limit_is_refused_and_evicts_nothing(
+    clients: dict[str, openai.OpenAI],
+) -> None:
+    a, b = clients["team-a"], clients["team-b"]
+    oldest = a.files.create(file=("a.jsonl", LINE), purpose="batch")
+    kept = []
+    with pytest.raises(openai.RateLimitError) as refused:
+        for n in range(10):  # each file holds its content and its record (~330 bytes)
+            kept.append(b.files.create(file=(f"b{n}.jsonl", LINE), purpose="batch"))
+    assert 1 <= len(kept) < 10
+    assert refused.value.body["code"] == "storage_quota_exceeded"
+    assert "max_stored_bytes=1000" in refused.value.body["message"]
+    assert a.files.content(oldest.id).content == LINE  # another tenant's oldest is still there
+    assert [b.files.content(f.id).content for f in kept] == [LINE] * len(kept)
+    b.files.delete(kept[0].id)  # room again
+    assert b.files.create(file=("again.jsonl", LINE), purpose="batch").bytes == len(LINE)
+
+
+def test_a_tenant_at_its_running_batch_limit_is_refused(clients: dict[str, openai.OpenAI]) -> None:
+    b = clients["team-b"]
+    file = b.files.create(file=("b.jsonl", LINE), purpose="batch")
+    create = {"input_file_id": file.id, "endpoint": "/v1/chat/completions"}
+    first = b.batches.create(**create, completion_window="24h")  # no runner here: it stays
+    with pytest.raises(openai.RateLimitError) as refused:
+        b.batches.create(**create, completion_window="24h")
+    assert refused.value.body["code"] == "batch_quota_exceeded"
+    b.batches.cancel(first.id)  # cancelling, then cancelled: no longer running
+    clients["team-a"].batches.create(  # another tenant is not held by team-b's limit
+        input_file_id=clients["team-a"].files.create(file=("a.jsonl", LINE), purpose="batch").id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
