@@ -19,6 +19,7 @@ from serving.k8s.cli import render
 from serving.loadgen.cli import bench
 from serving.local.ray_access import token_path
 from serving.models import ModelNotFoundError, resolve_model
+from serving.state.cli import usage
 from serving.tracing import backend
 from serving.tracing.cli import trace
 
@@ -396,6 +397,7 @@ main.add_command(analyze)
 main.add_command(bench)
 main.add_command(conformance)
 main.add_command(render)
+main.add_command(usage)
 main.add_command(trace)
 
 if __name__ == "__main__":

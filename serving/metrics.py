@@ -36,6 +36,12 @@ ADAPTER_LOADS = "llm_serving_adapter_loads_total"
 PREFIX_CACHE_QUERIES = "llm_serving_prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "llm_serving_prefix_cache_hits_total"
 REPLICA_STARTUP = "llm_serving_replica_startup_seconds"
+# Per tenant (auth.tenants) and adapter, from each engine request's own counts (serving/api/usage.py).
+TENANT_REQUESTS = "llm_serving_tenant_requests_total"
+TENANT_PROMPT_TOKENS = "llm_serving_tenant_prompt_tokens_total"
+TENANT_CACHED_TOKENS = "llm_serving_tenant_cached_prompt_tokens_total"
+TENANT_OUTPUT_TOKENS = "llm_serving_tenant_output_tokens_total"
+TENANT_TOKENS = (TENANT_PROMPT_TOKENS, TENANT_CACHED_TOKENS, TENANT_OUTPUT_TOKENS)
 
 # Set by every engine report (`record_engine`), so they exist from a replica's start.
 ENGINE_GAUGES = (QUEUE_DEPTH, RUNNING, KV_CACHE_USAGE)
@@ -60,6 +66,11 @@ DESCRIPTIONS = {
     ADAPTER_LOADS: "LoRA adapters loaded into a replica's engine, by adapter (model multiplexing).",
     PREFIX_CACHE_QUERIES: "Prompt tokens looked up in the engine's prefix cache.",
     PREFIX_CACHE_HITS: "Prompt tokens found in the engine's prefix cache (hit rate: hits / queries).",
+    TENANT_REQUESTS: "Engine requests per tenant and adapter, by outcome (ok, error, refused: "
+    "over one of the tenant's limits).",
+    TENANT_PROMPT_TOKENS: "Prompt tokens per tenant and adapter.",
+    TENANT_CACHED_TOKENS: "Prompt tokens per tenant and adapter found in the prefix cache.",
+    TENANT_OUTPUT_TOKENS: "Output tokens per tenant and adapter.",
     REPLICA_STARTUP: "Seconds each phase of this replica's start took, by phase (set once per "
     "replica: process_up, imports, weights_loaded, kv_cache_allocated, warmup, replica_ready, "
     "first_token, and first_request_served = process start -> first token).",
@@ -82,10 +93,15 @@ class MetricLabels:
         }
 
 
-def counters_at_start(engine: str, adapters: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
+def counters_at_start(
+    engine: str, adapters: tuple[str, ...] = (), tenants: tuple[str, ...] = ()
+) -> list[tuple[str, dict]]:
     """(counter, its extra labels) a replica exports at 0 when it starts: every label set the
     dashboard reads, so no panel of a fresh install says "No data" until something is counted."""
     counters: list[tuple[str, dict]] = [(PROMPT_TOKENS, {}), (GENERATION_TOKENS, {})]
+    for tenant in tenants:  # the base model's; an adapter's appear with its first request
+        counters.append((TENANT_REQUESTS, {"tenant": tenant, "adapter": "", "outcome": "ok"}))
+        counters += [(name, {"tenant": tenant, "adapter": ""}) for name in TENANT_TOKENS]
     counters += [(REQUESTS, {"status": status}) for status in STATUSES_AT_START]
     counters += [(ADAPTER_LOADS, {"adapter": adapter}) for adapter in adapters]
     if engine == "vllm":  # only vLLM has a prefix cache
@@ -137,9 +153,12 @@ class PlatformMetrics:
     queued to a `BackgroundRecorder`, so the request path never waits on Ray. Its counters start
     at 0 for the labels the dashboard reads (`counters_at_start`; `adapters`: the configured ones)."""
 
-    def __init__(self, labels: MetricLabels, adapters: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, labels: MetricLabels, adapters: tuple[str, ...] = (), tenants: tuple[str, ...] = ()
+    ) -> None:
         from ray.util import metrics as ray_metrics
 
+        self.labels = labels
         tags = labels.as_tags()
 
         def gauge(name: str, extra: tuple[str, ...] = ()):
@@ -175,6 +194,8 @@ class PlatformMetrics:
         self.adapter_loads = counter(ADAPTER_LOADS, ("adapter",))
         self.prefix_cache_queries = counter(PREFIX_CACHE_QUERIES)
         self.prefix_cache_hits = counter(PREFIX_CACHE_HITS)
+        self.tenant_requests = counter(TENANT_REQUESTS, ("tenant", "adapter", "outcome"))
+        self.tenant_tokens = {name: counter(name, ("tenant", "adapter")) for name in TENANT_TOKENS}
         self._recent_ttft: deque[tuple[float, float]] = deque(maxlen=10_000)
         self.recorder = BackgroundRecorder()
         self.startup_phases: dict[str, float] = {}
@@ -185,8 +206,10 @@ class PlatformMetrics:
             ADAPTER_LOADS: self.adapter_loads,
             PREFIX_CACHE_QUERIES: self.prefix_cache_queries,
             PREFIX_CACHE_HITS: self.prefix_cache_hits,
+            TENANT_REQUESTS: self.tenant_requests,
+            **self.tenant_tokens,
         }
-        for name, extra in counters_at_start(labels.engine, adapters):
+        for name, extra in counters_at_start(labels.engine, adapters, tenants):
             self.recorder.submit(record_zero, counters[name], extra)
 
     def record_engine(self, stats: EngineStats) -> None:
@@ -215,6 +238,16 @@ class PlatformMetrics:
         self.recorder.submit(self.prefix_cache_queries.inc, queries)
         if hits:
             self.recorder.submit(self.prefix_cache_hits.inc, hits)
+
+    def record_usage(self, usage: Any) -> None:
+        """One engine request's use by its tenant (serving/api/usage.py's Usage)."""
+        tags = {"tenant": usage.tenant, "adapter": usage.adapter}
+        self.recorder.submit(self.tenant_requests.inc, 1, {**tags, "outcome": usage.outcome})
+        for name, count in zip(
+            TENANT_TOKENS, (usage.prompt_tokens, usage.cached_tokens, usage.output_tokens)
+        ):
+            if count:
+                self.recorder.submit(self.tenant_tokens[name].inc, count, tags)
 
     def record_request(self, prompt_tokens: int, output_tokens: int, e2e_s: float) -> None:
         if prompt_tokens:

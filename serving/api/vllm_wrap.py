@@ -20,6 +20,8 @@ from serving.api.errors import APIError, error_body, error_response
 from serving.api.health import engine_unhealthy, health_body
 from serving.api.limits import BodySizeLimit, body_too_large, read_body, replay, timeout_error
 from serving.api.observe import StatusCounter
+from serving.api.usage import Sink, adapter_of, counted
+from serving.api.usage_routes import UsageRoute
 from serving.api.vllm_limits import CancelEngineWork, body_limit_error, note_engine_task
 from serving.config.access import RequestLimits
 from serving.metrics import PlatformMetrics
@@ -73,9 +75,12 @@ def check_engine_request(prompt: Any, sampling_params: Any, limits: RequestLimit
         )
 
 
-def guard_generate(llm: Any, limits: RequestLimits) -> None:
-    """Check every request the app sends `llm` (completions, chat, responses alike) first, and
-    note the task that starts it, to cancel with its HTTP request (vllm_limits)."""
+def guard_generate(
+    llm: Any, limits: RequestLimits, usage: Sink | None = None, model: str = ""
+) -> None:
+    """Check every request the app sends `llm` (completions, chat, responses alike) first, note
+    the task that starts it, to cancel with its HTTP request (vllm_limits), and count what it
+    used for its tenant (`usage`, serving/api/usage.py)."""
     generate: Callable[..., AsyncIterator[Any]] = llm.generate
 
     def guarded(
@@ -83,7 +88,10 @@ def guard_generate(llm: Any, limits: RequestLimits) -> None:
     ) -> AsyncIterator[Any]:
         check_engine_request(prompt, sampling_params, limits)
         note_engine_task()
-        return generate(prompt, sampling_params, request_id, *args, **kwargs)
+        stream = generate(prompt, sampling_params, request_id, *args, **kwargs)
+        if usage is None:
+            return stream
+        return counted(stream, sampling_params, model, adapter_of(kwargs), usage)
 
     llm.generate = guarded  # this engine only, ahead of vLLM's serving classes that call it
 
@@ -273,13 +281,19 @@ def wrap_vllm_app(
     keys: KeyRing | None,
     batch: ASGIApp | None = None,
     traced: Callable[[ASGIApp], ASGIApp] | None = None,
+    usage: Sink | None = None,
+    quotas: Callable[[ASGIApp], ASGIApp] | None = None,
+    ledger: ASGIApp | None = None,
 ) -> WrappedApp:
     """vLLM's app with the platform's guards: outermost the status count, then the API key,
     the Batch API's routes (`batch`, with their own file size limit), the body limit, the
     deadline, the request limits on the body; innermost the abort of a cancelled request's
     engine work. The prompt limit (and the rest again) sits on the engine. `traced` puts the
-    request's span around all of it (tracing on)."""
-    guard_generate(engine.llm, limits)
+    request's span around all of it (tracing on). `usage` counts each engine request for its
+    tenant; `quotas` (tenants' limits and fair share) sits right below the key check, and
+    `ledger` (GET /v1/usage) above it."""
+    model = metrics.labels.model if metrics is not None else ""
+    guard_generate(engine.llm, limits, usage, model)
 
     async def health() -> JSONResponse:
         try:
@@ -296,6 +310,10 @@ def wrap_vllm_app(
     below_keys = outer
     if batch is not None:
         outer = BatchRoutes(batch, outer)
+    if quotas is not None:
+        outer = quotas(outer)
+    if ledger is not None:
+        outer = UsageRoute(ledger, outer)
     if keys is not None:  # a request without a key is refused before its body is read
         outer = APIKeyAuth(outer, keys)  # and one with a key runs as its tenant
     if metrics is not None:

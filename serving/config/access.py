@@ -42,6 +42,37 @@ class TenantConfig(StrictModel):
         description="Whether the tenant's requests may set vLLM's `priority` (the body field or "
         "the X-Vllm-Priority header); otherwise a non-zero priority is refused (403).",
     )
+    admin: bool = Field(
+        False,
+        description="Whether the tenant's keys may read every tenant's usage ledger (GET "
+        "/v1/usage); other tenants get 403. With no key configured at all the default tenant "
+        "may (everything is open then).",
+    )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        description="The tenant's share of a saturated replica, relative to the others' (2.0: "
+        "twice the tokens of a tenant of weight 1 while both wait).",
+    )
+    requests_per_minute: int | None = Field(
+        None,
+        gt=0,
+        description="Most requests the tenant may send in a minute (fixed one-minute windows, "
+        "counted in the store across every replica); more: 429 with Retry-After. Unset: no limit.",
+    )
+    tokens_per_minute: int | None = Field(
+        None,
+        gt=0,
+        description="Most prompt + output tokens the tenant may use in a minute; a request that "
+        "arrives once the minute's tokens reach it is a 429 (tokens are counted when a request "
+        "ends, so the last one admitted may pass it). Unset: no limit.",
+    )
+    max_concurrent_requests: int | None = Field(
+        None,
+        gt=0,
+        description="Most requests of the tenant in flight at once over every replica; more: 429. "
+        "Unset: no limit.",
+    )
     max_stored_bytes: int | None = Field(
         None,
         gt=0,
@@ -55,6 +86,12 @@ class TenantConfig(StrictModel):
         description="Most batches of the tenant running at once; another is refused (429 "
         "batch_quota_exceeded). Unset: no limit.",
     )
+
+    @property
+    def rate_limited(self) -> bool:
+        """Whether its requests are counted against shared limits (a store call each)."""
+        limits = (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent_requests)
+        return any(limit is not None for limit in limits)
 
     @model_validator(mode="after")
     def _check_keys(self) -> TenantConfig:

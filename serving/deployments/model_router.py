@@ -22,12 +22,14 @@ from serving.api.errors import APIError
 from serving.api.limits import BodySizeLimit
 from serving.api.model_routes import Route, model_routes
 from serving.api.runtime_adapters import RuntimeAdapters, adapter_card
+from serving.api.usage_routes import UsageRoute, usage_app
 from serving.config import PlatformConfig, parse_config
 from serving.config import apps as registry
 from serving.config.ray_env import drain_deadline_s
 from serving.config.replica import BackpressureSettings
 from serving.routing import RoutingHint
 from serving.state.batches import open_batches
+from serving.state.store import open_store
 from serving.tracing import spans
 from serving.tracing.asgi import TracedRequests, forwarded_at_header
 from serving.tracing.setup import start_tracing
@@ -125,6 +127,8 @@ class ModelRouter:
         if self.config.state.batch.enabled:
             # Batches are served from the store; their lines run on each model's replicas.
             app = BatchRoutes(batch_app(open_batches(self.config.state), self.batch_models), app)
+        ledger = usage_app(open_store(self.config.state), open_to_all=not keys.enabled)
+        app = UsageRoute(ledger, app)
         app = APIKeyAuth(app, keys)  # with no key configured: the default tenant
         if self.tracer is not None:  # the trace of each request starts (or continues) here
             attributes = {spans.COMPONENT: "router"}

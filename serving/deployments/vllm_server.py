@@ -24,8 +24,13 @@ from serving.api.auth import key_ring
 from serving.api.batch_api import batch_app, call_json
 from serving.api.dispatch import run_asgi
 from serving.api.errors import APIError, error_response
+from serving.api.fair_share import FairShare
+from serving.api.quotas import TenantQuotas
+from serving.api.usage import Usage, UsageRecorder
+from serving.api.usage_routes import usage_app
 from serving.api.vllm_wrap import WrappedApp, wrap_vllm_app
 from serving.config import ROUTER_CONFIGS, ConfigError, PlatformConfig, parse_config
+from serving.config.access import DEFAULT_TENANT
 from serving.config.adapters import AdapterPathRefused, allowed_adapter_path, resolve_adapter_path
 from serving.config.ray_env import drain_deadline_s
 from serving.deployments.replica import EngineReplica, replica_actor_options
@@ -39,6 +44,7 @@ from serving.models import resolve_model
 from serving.routing import RoutingHint
 from serving.state.batch_runner import BatchRunner
 from serving.state.batches import Batches, open_batches
+from serving.state.ledger import Tally
 from serving.state.responses import keep_responses
 from serving.state.store import open_store
 from serving.tracing import spans
@@ -77,6 +83,7 @@ class VLLMServer(EngineReplica):
         self.metrics = PlatformMetrics(
             MetricLabels("vllm", self.config.model.name, "VLLMServer", self.replica_id),
             adapters=tuple(adapter.name for adapter in self.config.vllm.adapters),
+            tenants=tenant_names(self.config),
         )
         # Before the engine: vLLM's engine span goes through this process's tracer.
         tracer = start_tracing(self.config.tracing, "replica")
@@ -105,6 +112,8 @@ class VLLMServer(EngineReplica):
             key_ring(self.config.auth),
             batch_app(batches, self.batch_models) if batches else None,
             self.traced_requests(tracer),
+            *self.tenant_accounting(),
+            usage_app(self.store, open_to_all=not key_ring(self.config.auth).enabled),
         )
         if idle_s := self.config.vllm.engine.sleep_when_idle_s:  # a warm zero (GPU only)
             self.sleeper = sleep_when_idle(self.openai_app, self.engine.llm, idle_s)
@@ -136,6 +145,31 @@ class VLLMServer(EngineReplica):
             spans.REPLICA: self.replica_id,
         }
         return lambda app: TracedRequests(app, tracer, spans.REPLICA_REQUEST, attributes)
+
+    def tenant_accounting(self) -> tuple[UsageRecorder, Callable[[ASGIApp], ASGIApp] | None]:
+        """What each engine request used, for its tenant (the ledger, flushed to the store in
+        the background, the tenant counters), and with tenants configured the layers below the
+        key check: their rate limits (when any has one) over the fair share of the engine."""
+        tally = Tally(self.store)
+        self.ledger_flusher = asyncio.create_task(tally.flush_every())
+        usage = UsageRecorder(tally, self.store, self.metrics)
+        tenants = self.config.auth.tenants
+        if not tenants:
+            return usage, None
+        model = self.config.model.name
+
+        def refused(tenant: str) -> None:
+            usage(Usage(tenant, model, "", outcome="refused"))
+
+        def layers(app: ASGIApp) -> ASGIApp:
+            weights = {tenant.name: tenant.weight for tenant in tenants}
+            fair = FairShare(app, self.config.vllm.engine.max_num_seqs, weights)
+            usage.served.append(fair.charge)
+            if not any(tenant.rate_limited for tenant in tenants):
+                return fair
+            return TenantQuotas(fair, self.store, self.replica_id, refused)
+
+        return usage, layers
 
     def batch_models(self) -> tuple[set[str], str, set[str] | None]:
         """The names a batch line may ask for here, the default one, those that embed."""
@@ -253,6 +287,11 @@ def replica_env(config: PlatformConfig) -> dict[str, str]:
     """The replica's runtime-env variables: vLLM's, and the standby worker's import hook."""
     standby = standby_env() if config.vllm.engine.standby_worker_s else {}
     return vllm_env(config) | standby
+
+
+def tenant_names(config: PlatformConfig) -> tuple[str, ...]:
+    """Every tenant a replica may serve: the configured ones and the default."""
+    return tuple(dict.fromkeys([DEFAULT_TENANT, *(t.name for t in config.auth.tenants)]))
 
 
 def build_vllm_app(config: PlatformConfig, behind_router: bool = False) -> Application:

@@ -34,7 +34,9 @@ from sqlalchemy.exc import DBAPIError
 from serving.config.access import DEFAULT_TENANT
 from serving.config.state import StateConfig
 from serving.models import cache_root
+from serving.state.ledger import LedgerStore
 from serving.state.line_store import LineStore, delete_lines_of
+from serving.state.quota_store import QuotaStore
 from serving.state.tables import add_missing_columns, alive, metadata, records, upsert
 
 EVICT_EVERY_S = 10.0
@@ -93,7 +95,7 @@ def sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-class Store(LineStore):
+class Store(LineStore, QuotaStore, LedgerStore):
     def __init__(self, config: StateConfig, engine: Engine | None = None) -> None:
         self.ttl_s = config.ttl_s
         self.max_bytes = config.max_bytes

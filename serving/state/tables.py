@@ -58,6 +58,46 @@ owners = Table(
     Column("seen_at", Float, nullable=False),
 )
 
+# Tenants' rate limits, shared by every replica: requests and tokens per tenant and minute, and
+# each replica's requests in flight per tenant (refreshed while it holds any).
+quota_windows = Table(
+    "quota_windows",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("minute", Integer, primary_key=True),  # epoch seconds // 60
+    Column("requests", Integer, nullable=False),
+    Column("tokens", Integer, nullable=False),
+)
+tenant_inflight = Table(
+    "tenant_inflight",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("replica", String(128), primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("seen_at", Float, nullable=False),
+)
+
+# The usage ledger: per day (UTC), tenant, model and adapter, what the engines served.
+usage_days = Table(
+    "usage_days",
+    metadata,
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD
+    Column("tenant", String(64), primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("adapter", String(256), primary_key=True),  # "" for the base model
+    *(
+        Column(name, Integer, nullable=False)
+        for name in (
+            "requests",
+            "prompt_tokens",
+            "cached_tokens",
+            "output_tokens",
+            "errors",
+            "refusals",
+        )
+    ),
+)
+
 
 def upsert(
     engine: Engine,
@@ -72,10 +112,21 @@ def upsert(
     dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
     statement = dialect.insert(table).values(**values)
     keys = [column.name for column in table.primary_key]
+    if not update_keys:  # insert if absent
+        return statement.on_conflict_do_nothing(index_elements=keys)
     where = None if same is None else table.c[same] == statement.excluded[same]
     return statement.on_conflict_do_update(
         index_elements=keys, set_={key: statement.excluded[key] for key in update_keys}, where=where
     )
+
+
+def upsert_adding(engine: Engine, table: Table, values: dict[str, Any], counts: list[str]) -> Any:
+    """INSERT ... ON CONFLICT DO UPDATE that adds `counts` to the stored row's."""
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table).values(**values)
+    keys = [column.name for column in table.primary_key]
+    added = {name: table.c[name] + statement.excluded[name] for name in counts}
+    return statement.on_conflict_do_update(index_elements=keys, set_=added)
 
 
 def add_missing_columns(engine: Engine) -> None:

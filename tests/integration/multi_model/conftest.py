@@ -19,12 +19,22 @@ EXAMPLE = ROOT / "serving" / "examples" / "multi-model.yaml"
 GREEDY = {"temperature": 0.0}
 METRICS_PORT = free_port()
 KEY = "sk-multi-model-test"  # runtime adapters need API keys; the default tenant's
-TENANT_KEYS = {"team-a": "sk-team-a-test", "team-b": "sk-team-b-test"}
-# team-a may set vLLM's priority, team-b may not
+TENANT_KEYS = {
+    name: f"sk-{name}-test" for name in ("team-a", "team-b", "team-c", "team-q", "team-k", "ops")
+}
+# team-a may set vLLM's priority, team-b may not; team-c's usage is compared with the ledger;
+# team-q has request and storage limits, team-k a limit on requests in flight; ops reads the
+# ledger (admin).
 TENANTS = [
-    {"name": "team-a", "api_keys": [TENANT_KEYS["team-a"]], "may_set_priority": True},
-    {"name": "team-b", "api_keys": [TENANT_KEYS["team-b"]]},
+    {"name": "team-a", "may_set_priority": True},
+    {"name": "team-b"},
+    {"name": "team-c"},
+    {"name": "team-q", "requests_per_minute": 6, "max_stored_bytes": 3000},
+    {"name": "team-k", "max_concurrent_requests": 2},
+    {"name": "ops", "admin": True},
 ]
+for entry in TENANTS:
+    entry["api_keys"] = [TENANT_KEYS[entry["name"]]]
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
