@@ -10,12 +10,13 @@ resources -> the group's resources, pods.{nodeSelector,tolerations,runtimeClassN
 priorityClassName} -> that group's fields, pods.imagePullSecrets -> imagePullSecrets,
 pods.hfTokenSecret -> model.hfToken.existingSecret/key, pods.modelCacheClaim ->
 model.cache.persistentVolumeClaim.existingClaim, apiKeySecret -> apiKeys.existingSecret/key,
-stateSecret -> state.existingSecret/secretKey (the chart's own PostgreSQL is off: the store is the
-server platform.state.url names, or SQLite in each pod without one), upgradeStrategy ->
-ray.upgradeStrategy, rayAuth -> ray.auth.mode, networkPolicy ->
-networkPolicy.enabled (the operator's pods added to metricsFrom), platform -> platform (as
-written). Everything else is the chart's default; whatever the chart would create beside the
-RayService and its NetworkPolicy is switched off."""
+tenantKeySecrets -> tenantKeys (each tenant's existingSecret/key), stateSecret ->
+state.existingSecret/secretKey (the chart's own PostgreSQL is off: the store is the server
+platform.state.url names, or SQLite in each pod without one), upgradeStrategy ->
+ray.upgradeStrategy, rayAuth -> ray.auth.mode, networkPolicy -> networkPolicy.enabled (the
+operator's pods added to metricsFrom), platform -> platform (as written). Everything else is
+the chart's default; whatever the chart would create beside the RayService and its NetworkPolicy
+is switched off."""
 
 from __future__ import annotations
 
@@ -156,8 +157,16 @@ def secret_values(spec: LLMServiceSpec) -> Doc:
     api_keys: Doc = {"existingSecret": "", "value": ""}
     if keys is not None:
         api_keys |= {"existingSecret": keys.name, "key": keys.key}
+    tenant_keys = {
+        tenant: {"existingSecret": ref.name, "key": ref.key}
+        for tenant, ref in spec.tenant_key_secrets.items()
+    }
     cache = {"persistentVolumeClaim": {"enabled": bool(claim), "existingClaim": claim or ""}}
-    return {"model": {"hfToken": hf_token, "cache": cache}, "apiKeys": api_keys}
+    return {
+        "model": {"hfToken": hf_token, "cache": cache},
+        "apiKeys": api_keys,
+        "tenantKeys": tenant_keys,
+    }
 
 
 def state_values(spec: LLMServiceSpec) -> Doc:

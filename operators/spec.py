@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from serving.config import PlatformConfig, format_validation_error
+from serving.config.access import DEFAULT_TENANT
 from serving.k8s.gpu_workers import gpu_demand, surge_gpus
 from serving.k8s.serve_config import inline_key_settings
 from serving.k8s.values_schema import RayAuthMode, UpgradeStrategy
@@ -185,6 +186,13 @@ class LLMServiceSpec(CamelModel):
         description="Secret with the API keys every app accepts (comma-separated); Ray "
         "containers get them in platform.auth.api_keys_env. Unset: no keys from a Secret.",
     )
+    tenant_key_secrets: dict[str, SecretKeyRef] = Field(
+        default_factory=dict,
+        alias="tenantKeySecrets",
+        description="Per tenant of platform.auth.tenants, the Secret with its API keys "
+        "(comma-separated); Ray containers get them in the tenant's api_keys_env (unset: "
+        "LLM_SERVING_TENANT_<NAME>_KEYS, NAME upper-cased with '-' as '_').",
+    )
     state_secret: PasswordSecretRef | None = Field(
         None,
         alias="stateSecret",
@@ -247,14 +255,20 @@ class LLMServiceSpec(CamelModel):
         return self
 
     @model_validator(mode="after")
-    def _check_no_inline_keys(self) -> LLMServiceSpec:
-        """API keys only from apiKeySecret: the chart refuses keys in the platform too."""
+    def _check_keys(self) -> LLMServiceSpec:
+        """Keys only from Secrets, a tenant's for a tenant of the platform (the chart's rules)."""
         if settings := inline_key_settings(self.platform):
             where = ", ".join(f"platform.{s}" for s in settings)
             raise ValueError(
                 f"{where}: API keys written in the spec would travel in the RayService's serve "
                 "config, readable on the Ray dashboard; put them in a Secret named by apiKeySecret "
-                "and remove them from the platform"
+                "(a tenant's: by tenantKeySecrets.<tenant>) and remove them from the platform"
+            )
+        known = {tenant.name for tenant in self.platform.auth.tenants} - {DEFAULT_TENANT}
+        if unknown := sorted(self.tenant_key_secrets.keys() - known):
+            raise ValueError(
+                f"tenantKeySecrets: {', '.join(unknown)}: no such tenant in platform.auth.tenants "
+                f"(the tenant {DEFAULT_TENANT}'s keys are apiKeySecret's)"
             )
         return self
 

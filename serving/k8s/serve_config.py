@@ -209,9 +209,15 @@ class InlineKeysError(ValueError):
 def inline_key_settings(config: PlatformConfig) -> list[str]:
     """The settings holding API keys written in the config. A cluster refuses them (the chart's
     validation says the same): they would travel in the serve config's `args`, which anyone
-    reaching the Ray dashboard reads (`GET /api/serve/applications/`)."""
+    reaching the Ray dashboard reads (`GET /api/serve/applications/`). A tenant's keys too."""
     sections = {"auth": config.auth, "analysis.auth": config.analysis.auth}
-    return [f"{path}.api_keys" for path, auth in sections.items() if auth and auth.api_keys]
+    found: list[str] = []
+    for path, auth in sections.items():
+        if auth is None:
+            continue
+        found += [f"{path}.api_keys"] if auth.api_keys else []
+        found += [f"{path}.tenants[{i}].api_keys" for i, t in enumerate(auth.tenants) if t.api_keys]
+    return found
 
 
 def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
@@ -221,7 +227,8 @@ def serve_config_v2(config: PlatformConfig) -> dict[str, Any]:
         raise InlineKeysError(
             f"{', '.join(settings)}: API keys written in the config would travel in the "
             "RayService's serve config, readable on the Ray dashboard; put them in a Secret "
-            "(the chart's apiKeys.existingSecret, the LLMService's apiKeySecret) instead"
+            "(the chart's apiKeys.existingSecret or tenantKeys, the LLMService's apiKeySecret or "
+            "tenantKeySecrets) instead"
         )
     return serve_config(config, SERVE_HOST, cluster=True)
 

@@ -57,6 +57,8 @@ CONTEXTS: dict[str, Values] = {
     "serviceAccount.*": {"serviceAccount": {"create": True}},
     "model.hfToken.key": {"model": {"hfToken": {"existingSecret": "hf-token"}}},
     "apiKeys.key": {"apiKeys": {"existingSecret": "api-keys"}},
+    # A tenant's Secret needs the tenant.
+    "tenantKeys": {"platform": {"auth": {"tenants": [{"name": "team-a"}]}}},
     # Without the bundled PostgreSQL and a URL, the chart refuses a store per pod unless accepted.
     "state.postgresql.enabled": {"state": {"allowUnshared": True}},
     "platform.state.url": {"state": {"postgresql": {"enabled": False}, "allowUnshared": True}},
@@ -92,6 +94,7 @@ OVERRIDES: dict[str, Any] = {
     "platform.vllm.autoscaling": None,  # off: a fixed num_replicas
     "platform.analysis.auth": {"api_keys_env": "ANALYSIS_KEYS"},
     "platform.auth.tenants": [{"name": "team-a", "api_keys_env": "TEAM_A_KEYS"}],
+    "tenantKeys": {"team-a": {"existingSecret": "team-a-keys"}},
     "platform.state.url": "postgresql+psycopg://llm@db.example.com:5432/llm",
     "platform.tracing.otlp_endpoint": "http://collector.example.com:4318/v1/traces",
     "tracing.otlpEndpoint": "http://collector.example.com:4318/v1/traces",  # the chart wants a URL

@@ -281,6 +281,14 @@ def chart_values() -> dict[str, Schema]:
         "apiKeys": closed(
             {"existingSecret": string(), "key": string(minLength=1), "value": string()}
         ),
+        # Tenant -> its keys' Secret; the chart's validation refuses a name no tenant has.
+        "tenantKeys": {
+            "type": "object",
+            "additionalProperties": closed(
+                {"existingSecret": string(minLength=1), "key": string(minLength=1)}
+            )
+            | {"required": ["existingSecret"]},
+        },
         "state": state_values(),
         "networkPolicy": closed(
             {

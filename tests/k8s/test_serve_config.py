@@ -242,6 +242,10 @@ def test_serve_restarts_vllm_only_for_its_own_settings(platform: dict, restarts:
     [
         ({"auth": {"api_keys": ["sk-a"]}}, "auth.api_keys"),
         ({"analysis": {"auth": {"api_keys": ["sk-a"]}}}, "analysis.auth.api_keys"),
+        (
+            {"auth": {"tenants": [{"name": "a"}, {"name": "b", "api_keys": ["sk-b"]}]}},
+            r"auth\.tenants\[1\]\.api_keys",
+        ),
     ],
 )
 def test_no_key_goes_into_the_clusters_serve_config(platform: dict[str, Any], setting: str) -> None:

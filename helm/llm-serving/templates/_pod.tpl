@@ -185,6 +185,7 @@ spec:
         {{- include "llm-serving.rayEnv" $root | nindent 8 }}
         {{- include "llm-serving.modelEnv" $root | nindent 8 }}
         {{- with include "llm-serving.apiKeysEnv" $root }}{{ . | nindent 8 }}{{ end }}
+        {{- with include "llm-serving.tenantKeysEnv" $root }}{{ . | nindent 8 }}{{ end }}
         {{- with include "llm-serving.stateEnv" $root }}{{ . | nindent 8 }}{{ end }}
         {{- with $root.Values.extraEnv }}{{ toYaml . | nindent 8 }}{{ end }}
       resources: {{- include "llm-serving.rayResources" . | nindent 8 }}

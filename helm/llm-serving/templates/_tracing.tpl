@@ -19,9 +19,11 @@ the tracing section (serving.k8s.tracing_values.TRACING_KEYS: the same map, whic
 {{- toYaml $set -}}
 {{- end -}}
 
-{{/* The platform every app's args come from: the values' (with the store's URL), and tracing.*. */}}
+{{/* The platform every app's args come from: the values' (with the store's URL and the tenants'
+key variables), and tracing.*. */}}
 {{- define "llm-serving.servedPlatform" -}}
 {{- $platform := include "llm-serving.platformWithState" . | fromYaml -}}
+{{- $platform = include "llm-serving.platformWithTenantKeys" (dict "root" . "platform" $platform) | fromYaml -}}
 {{- $chart := include "llm-serving.chartTracing" . | fromYaml -}}
 {{- if $chart -}}
 {{- $_ := set $platform "tracing" (merge $chart (get $platform "tracing" | default dict)) -}}

@@ -18,6 +18,7 @@ of them. values.schema.json already rejects wrong types, unknown keys and out-of
 {{- $messages = append $messages (include "llm-serving.validate.sleepMode" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.kuberay" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.inlineKeys" .) -}}
+{{- $messages = append $messages (include "llm-serving.validate.tenantKeys" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.state" .) -}}
 {{- $messages = append $messages (include "llm-serving.validate.tracing" .) -}}
 {{- $rayVersion := .Values.ray.version | default (include "llm-serving.rayVersion" .) -}}
@@ -220,8 +221,8 @@ kuberay: this cluster has no KubeRay CRDs (ray.io/v1 RayService). Install the Ku
 {{- end -}}
 
 {{/*
-API keys only from a Secret: keys written in the platform would travel in the serve config,
-readable on the Ray dashboard (serving.k8s.serve_config.inline_key_settings, for the operator).
+API keys only from Secrets: keys written in the platform (a tenant's too) would travel in the serve
+config, readable on the Ray dashboard (serving.k8s.serve_config.inline_key_settings, for the operator).
 */}}
 {{- define "llm-serving.validate.inlineKeys" -}}
 {{- $problems := list -}}
@@ -231,6 +232,16 @@ readable on the Ray dashboard (serving.k8s.serve_config.inline_key_settings, for
 {{- end -}}
 {{- if dig "analysis" "auth" "api_keys" nil .Values.platform -}}
 {{- $problems = append $problems (printf "platform.analysis.auth.api_keys: %s Give the analysis app the variable platform.analysis.auth.api_keys_env from a Secret through extraEnv (or share the platform's keys: apiKeys.existingSecret), and remove platform.analysis.auth.api_keys." $refused) -}}
+{{- end -}}
+{{- range $i, $tenant := (.Values.platform.auth | default dict).tenants -}}
+{{- if $tenant.api_keys -}}
+{{- $problems = append $problems (printf "platform.auth.tenants[%d].api_keys (tenant %s): %s Put them in a Secret named by tenantKeys.%s.existingSecret (and .key), and remove platform.auth.tenants[%d].api_keys." $i $tenant.name $refused $tenant.name $i) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $tenant := (dig "analysis" "auth" dict .Values.platform | default dict).tenants -}}
+{{- if $tenant.api_keys -}}
+{{- $problems = append $problems (printf "platform.analysis.auth.tenants[%d].api_keys (tenant %s): %s Give the tenant an api_keys_env from a Secret through extraEnv, and remove platform.analysis.auth.tenants[%d].api_keys." $i $tenant.name $refused $i) -}}
+{{- end -}}
 {{- end -}}
 {{- join "\n- " $problems -}}
 {{- end -}}
