@@ -1,11 +1,12 @@
 """`llm-serving bench SCENARIO`: sweep (targets side by side at each load level), autoscale (a
 step burst against one autoscaling deployment), batch (online latency beside a running batch),
 soak (steady load while replica memory is sampled), coldstart (starts from zero replicas, by
-phase), seed (the study's experiments in-process) and vllm-client (vLLM's own benchmark
-client). Each writes its report through the one writer (result.json, summary.md, plots). Bad
-input is one `error:` line and exit 2; an unusable target exit 1; a missed gate exit 3 (after
-the report is written). Only click is imported here: a scenario loads when it runs, so other
-`llm-serving` commands stay quick."""
+phase), tenants (a noisy tenant beside quiet ones: served tokens, Jain's index, TTFT), seed (the
+study's experiments in-process) and vllm-client (vLLM's own benchmark client). Each writes its
+report through the one writer (result.json, summary.md, plots). Bad input is one `error:` line
+and exit 2; an unusable target exit 1; a missed gate exit 3 (after the report is written). Only
+click is imported here: a scenario loads when it runs, so other `llm-serving` commands stay
+quick."""
 
 from __future__ import annotations
 
@@ -326,3 +327,93 @@ def batch(output_dir: str | None, **given: Any) -> None:
     from serving.loadgen.scenarios.batch_impact import BatchImpactArgs, run_batch_impact
 
     finish("batch", output_dir, lambda _out: run_batch_impact(BatchImpactArgs(**given)))
+
+
+@bench.command("tenants")
+@TARGETS
+@click.option(
+    "--tenant",
+    "tenant_items",
+    multiple=True,
+    metavar="NAME=KEY",
+    help="A tenant and its API key, sent as Bearer (two or more); NAME=env:VAR reads the key "
+    "from the environment. A target without tenants takes any key. Keys are never reported.",
+)
+@click.option("--noisy", metavar="NAME", help="The noisy tenant; default: the last --tenant.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=2,
+    help="Each quiet tenant's requests in flight (closed loop); the noisy one keeps 4x.",
+)
+@click.option(
+    "--input-len",
+    type=click.IntRange(min=1),
+    default=128,
+    help="Quiet tenants' prompt tokens; the noisy one's are 8x.",
+)
+@click.option(
+    "--output-len",
+    type=click.IntRange(min=1),
+    default=32,
+    help="Tokens every request generates (ignore_eos: equal for every tenant).",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    help="Seconds of each phase (each tenant alone, then all together) after which no request "
+    "starts.",
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=1000,
+    help="Most requests a tenant sends in one phase.",
+)
+@click.option("--model", help="Model name to request; default: the first target's first model.")
+@ENDPOINT
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    help="Seconds one request may take, stream included.",
+)
+@click.option(
+    "--peer",
+    type=click.Choice(["vllm"]),
+    help="Also start plain vLLM's server on loopback with --config's model and engine "
+    "arguments (target vllm-serve).",
+)
+@CONFIG
+@click.option(
+    "--baseline",
+    metavar="TARGET",
+    help="Target the single-tenant overhead is taken against; default: the first target.",
+)
+@click.option(
+    "--merge",
+    "merge_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="An earlier `bench tenants` report folder of the same workload (e.g. the platform "
+    "without tenants): its targets join the comparison.",
+)
+@click.option(
+    "--require",
+    "requirements",
+    multiple=True,
+    metavar="EXPR",
+    help="Gate, e.g. 'tenants.jain>=0.9' or 'tenants.ttft_p99_ratio@quiet<=1.5' "
+    "([TARGET.]METRIC[@TENANT] OP N); exit 3 when a figure misses it.",
+)
+@click.option("--seed", type=int, default=0)
+@OUTPUT
+@bench_errors
+def tenants(output_dir: str | None, **given: Any) -> None:
+    """Quiet tenants and a noisy one (8x the prompt, 4x the concurrency) on each target: each
+    alone, then together. Served tokens per tenant, Jain's fairness index, TTFT p50/p99 against
+    alone, the single-tenant overhead against --baseline."""
+    from serving.loadgen.scenarios.tenants import TenantsArgs, run_tenants
+
+    finish("tenants", output_dir, lambda out: run_tenants(TenantsArgs(**given), out))
