@@ -54,7 +54,8 @@ def test_the_dashboard_reads_platform_series() -> None:
 
 
 def test_every_platform_series_the_dashboard_reads_exists_from_a_replicas_start() -> None:
-    at_start = {name for name, _ in metrics.counters_at_start("vllm", ("an-adapter",))}
+    exported = metrics.counters_at_start("vllm", ("an-adapter",), ("default",))
+    at_start = {name for name, _ in exported}
     at_start |= set(metrics.ENGINE_GAUGES)
     read = {metric_of(s) for s in dashboard_series() if s.startswith(PLATFORM_PREFIX)}
     assert read - set(metrics.HISTOGRAMS) <= at_start, read - at_start
@@ -111,13 +112,16 @@ def zeros(made: dict[str, FakeCounter]) -> dict[str, list[dict[str, str]]]:
 
 def test_a_vllm_replica_exports_its_counters_at_zero_for_every_label_set(fake_ray) -> None:
     labels = metrics.MetricLabels("vllm", "m", "VLLMServer", "r1")
-    metrics.PlatformMetrics(labels, adapters=("a1", "a2")).recorder.flush()
+    tenants = ("default", "team-a")
+    metrics.PlatformMetrics(labels, adapters=("a1", "a2"), tenants=tenants).recorder.flush()
     exported = zeros(fake_ray)
     own = labels.as_tags()
     assert exported[metrics.REQUESTS] == [{**own, "status": s} for s in metrics.STATUSES_AT_START]
     assert exported[metrics.ADAPTER_LOADS] == [{**own, "adapter": a} for a in ("a1", "a2")]
     for name in (metrics.PREFIX_CACHE_HITS, metrics.PREFIX_CACHE_QUERIES, metrics.PROMPT_TOKENS):
         assert exported[name] == [own], name
+    for name in metrics.TENANT_TOKENS:
+        assert exported[name] == [{**own, "tenant": t, "adapter": ""} for t in tenants], name
 
 
 def test_the_hf_baseline_exports_no_prefix_cache_it_does_not_have(fake_ray) -> None:

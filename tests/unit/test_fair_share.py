@@ -1,28 +1,27 @@
-"""Fair share of a saturated replica (issue 46): below capacity nothing waits; once full, each freed
-place goes to the waiting tenant served least (tokens / weight), first come first served within a
-tenant; an idle tenant starts level with the busy ones; a request cancelled while it waits gives
-its turn up. Driven through admit/release and through the ASGI layer with real principals."""
+"""Fair share of a replica (issue 46): one tenant alone gets the engine's slots and the slack; with
+several busy, each holds at most its weighted share of the slots, a slot one of them may return to
+is kept from the others, a free slot beyond the shares goes to the tenant served least (tokens /
+weight), an idle tenant starts level with the busy ones, and a request cancelled while it waits
+gives its turn up. Driven through admit/release and through the ASGI layer with real principals."""
 
 from __future__ import annotations
 
 import asyncio
 
 import httpx
+import pytest
 
+from serving.api import fair_share
 from serving.api.auth import APIKeyAuth, KeyRing
 from serving.api.fair_share import FairShare, slack
 from serving.state.tenancy import current_principal
+
+SLOTS = 4  # the engine's max_num_seqs
 
 
 async def ok(scope, receive, send) -> None:  # noqa: ANN001  (an ASGI app)
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"ok"})
-
-
-def full_share(weights: dict[str, float] | None = None) -> FairShare:
-    fair = FairShare(ok, capacity=1, weights=weights or {})
-    assert fair.capacity == 1 + slack(1) == 3
-    return fair
 
 
 async def waiting(fair: FairShare, tenant: str, order: list[str]) -> None:
@@ -35,86 +34,106 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_below_capacity_nothing_waits() -> None:
-    fair = full_share()
-    for tenant in ("a", "a", "b"):
-        await asyncio.wait_for(fair.admit(tenant), 1)
-    assert fair.running == 3 and fair.queued() == 0
-
-
-async def test_a_freed_place_goes_to_the_tenant_served_least() -> None:
-    fair = full_share()
-    for _ in range(3):
-        await fair.admit("noisy")
-    fair.charge("noisy", 800)  # long prompts
+async def test_one_tenant_alone_gets_the_slots_and_the_slack() -> None:
+    fair = FairShare(ok, SLOTS, {})
+    for _ in range(SLOTS + slack(SLOTS)):
+        await asyncio.wait_for(fair.admit("a"), 1)
     order: list[str] = []
-    tasks = [asyncio.create_task(waiting(fair, "noisy", order)) for _ in range(3)]
+    asyncio.create_task(waiting(fair, "a", order))
     await settle()
-    tasks.append(asyncio.create_task(waiting(fair, "quiet", order)))  # arrives last
+    assert fair.running == 6 and fair.queued() == 1 and order == []
+    fair.release("a")
     await settle()
-    assert fair.queued() == 4 and order == []
-    fair.release("noisy")
-    await settle()
-    assert order == ["quiet"]  # before the three that came first
-    fair.release("noisy")
-    fair.release("noisy")
-    await settle()
-    assert order == ["quiet", "noisy", "noisy"]
-    fair.release("quiet")
-    await asyncio.gather(*tasks)
-    assert order[-1] == "noisy" and fair.running == 3
+    assert order == ["a"]
 
 
-async def test_weights_split_the_places() -> None:
-    fair = full_share({"big": 3.0})
-    for _ in range(3):
-        await fair.admit("big")
+async def test_a_burst_cannot_take_the_slots_a_busy_tenant_returns_to() -> None:
+    fair = FairShare(ok, SLOTS, {})
+    await fair.admit("quiet")
     order: list[str] = []
-    tasks = [asyncio.create_task(waiting(fair, t, order)) for t in ("big", "small") * 12]
+    noisy = [asyncio.create_task(waiting(fair, "noisy", order)) for _ in range(6)]
     await settle()
-    for _ in range(12):  # each admitted request served 300 tokens
-        tenant = order[-1] if order else "big"
-        fair.charge(tenant, 300)
-        fair.release(tenant)
-        await settle()
+    assert order == ["noisy", "noisy"]  # its share of 4 slots between two busy tenants
+    assert fair.running == 3  # one slot is held for quiet, which may send again
+    await asyncio.wait_for(fair.admit("quiet"), 1)  # finds it at once
+    fair.release("quiet")  # quiet stays busy (its grace): its slot stays its own
+    await settle()
+    assert order == ["noisy", "noisy"]
+    for task in noisy:
+        task.cancel()
+
+
+async def test_slots_beyond_the_shares_go_to_the_tenant_served_least() -> None:
+    fair = FairShare(ok, SLOTS, {})
+    for tenant in ("a", "b", "c", "a"):  # a share of one slot each (4 // 3); a took the fourth
+        await fair.admit(tenant)
+    fair.charge("a", 500)
+    fair.charge("b", 100)
+    fair.charge("c", 900)
+    order: list[str] = []
+    tasks = [asyncio.create_task(waiting(fair, t, order)) for t in ("c", "a", "b")]
+    await settle()
+    assert order == [] and fair.queued() == 3
+    fair.release("a")  # the slot beyond the shares, held for nobody: the least served
+    await settle()
+    assert order == ["b"]
+    fair.release("c")  # c's own slot, and c waits
+    await settle()
+    assert order == ["b", "c"]
     for task in tasks:
         task.cancel()
-    # big's 300 tokens count 100 at weight 3: about three places for each of small's
-    assert order[4:].count("big") == 6 and order[4:].count("small") == 2, order  # once level
+
+
+async def test_weights_split_the_slots() -> None:
+    fair = FairShare(ok, SLOTS, {"big": 3.0})
+    await fair.admit("small")
+    order: list[str] = []
+    tasks = [asyncio.create_task(waiting(fair, "big", order)) for _ in range(4)]
+    await settle()
+    assert order == ["big"] * 3  # floor(4 * 3 / 4)
+    for task in tasks:
+        task.cancel()
 
 
 async def test_an_idle_tenant_starts_level_with_the_busy_ones() -> None:
-    fair = full_share()
-    fair.charge("early", 10_000)
+    fair = FairShare(ok, SLOTS, {})
+    fair.charge("late", 10)
     fair.charge("other", 9_000)
-    for _ in range(3):
-        await fair.admit("other")
-    order: list[str] = []
-    asyncio.create_task(waiting(fair, "other", order))
-    await settle()
-    late = asyncio.create_task(waiting(fair, "late", order))  # never served: 0 until it comes
-    await settle()
-    assert fair.served["late"] == 9_000  # not 0: it banked nothing while idle
-    fair.charge("late", 1)  # now served more than "other": "other" goes first
-    fair.release("other")
-    await settle()
-    assert order == ["other"]
-    late.cancel()
+    await fair.admit("other")
+    await fair.admit("late")
+    assert fair.served["late"] == 9_000  # not 10: it banked nothing while idle
 
 
 async def test_a_request_cancelled_while_waiting_gives_its_turn_up() -> None:
-    fair = full_share()
-    for _ in range(3):
+    fair = FairShare(ok, SLOTS, {})
+    for _ in range(SLOTS + slack(SLOTS)):
         await fair.admit("a")
-    gone = asyncio.create_task(fair.admit("b"))
+    gone = asyncio.create_task(fair.admit("a"))
     order: list[str] = []
-    stays = asyncio.create_task(waiting(fair, "c", order))
+    stays = asyncio.create_task(waiting(fair, "a", order))
     await settle()
     gone.cancel()
     await settle()
     fair.release("a")
     await asyncio.wait_for(stays, 1)
-    assert order == ["c"] and fair.queued() == 0 and fair.running == 3
+    assert order == ["a"] and fair.queued() == 0
+
+
+async def test_slots_held_for_a_tenant_that_went_idle_go_to_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fair_share, "GRACE_S", 0.05)
+    fair = FairShare(ok, SLOTS, {})
+    await fair.admit("quiet")
+    order: list[str] = []
+    tasks = [asyncio.create_task(waiting(fair, "noisy", order)) for _ in range(5)]
+    await settle()
+    assert len(order) == 2
+    fair.release("quiet")  # and quiet sends nothing more
+    await asyncio.sleep(0.2)  # past its grace, the waiting noisy requests take the engine
+    assert len(order) == 5
+    for task in tasks:
+        task.cancel()
 
 
 async def test_requests_run_as_their_tenant_through_the_asgi_layer() -> None:
@@ -128,7 +147,7 @@ async def test_requests_run_as_their_tenant_through_the_asgi_layer() -> None:
         served.append(principal.tenant)
         await ok(scope, receive, send)
 
-    fair = FairShare(engine, capacity=1, weights={})
+    fair = FairShare(engine, 2, {})
     ring = KeyRing.of_tenants({"a": ["sk-a"], "b": ["sk-b"]})
     transport = httpx.ASGITransport(app=APIKeyAuth(fair, ring))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
@@ -139,12 +158,13 @@ async def test_requests_run_as_their_tenant_through_the_asgi_layer() -> None:
                 client.post("/v1/chat/completions", json={}, headers=headers)
             )
 
-        tasks = [post("sk-a") for _ in range(5)]
+        tasks = [post("sk-a") for _ in range(6)]
         await settle()
+        assert fair.running == 2 + slack(2)  # a alone: slots and slack
         tasks.append(post("sk-b"))
         await settle()
-        assert fair.running == 3 and fair.queued() == 3
+        assert fair.queued() == 3
         release.set()
         answers = await asyncio.gather(*tasks)
-    assert [a.status_code for a in answers] == [200] * 6
-    assert served.index("b") < 5  # b was not last, behind a's two waiting requests
+    assert [a.status_code for a in answers] == [200] * 7
+    assert served.index("b") < 6  # b was not last, behind a's waiting requests

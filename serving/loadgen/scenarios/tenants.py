@@ -38,6 +38,7 @@ from serving.loadgen.scenarios.tenants_report import PhaseRun
 
 NOISY_PROMPT_FACTOR, NOISY_CONCURRENCY_FACTOR = 8, 4
 SEED_STRIDE = 1000  # seeds of one target's phases and tenants never meet another's
+WARMUP_REQUESTS, WARMUP_SEED = 4, SEED_STRIDE - 100  # its prompts are never a phase's
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,11 @@ async def run_target(
     seed: int,
     say: Callable[[str], None],
 ) -> tuple[dict[str, PhaseRun], PhaseRun]:
-    """Each tenant alone (the quiet ones first), then all together."""
+    """An unmeasured warm-up (a just-started replica's first requests are slow), each tenant
+    alone (the quiet ones first), then all together."""
+    say(f"{target.name}: warm-up, {WARMUP_REQUESTS} requests a tenant (not measured)")
+    warmup = phase_specs(replace(args, max_requests=WARMUP_REQUESTS), tenants, seed + WARMUP_SEED)
+    await run_phase(target, opts, tenants, warmup, args.duration)
     solo: dict[str, PhaseRun] = {}
     order = [t for t in tenants if not t.noisy] + [t for t in tenants if t.noisy]
     for phase, tenant in enumerate(order):

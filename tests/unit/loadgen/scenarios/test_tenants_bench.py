@@ -297,6 +297,7 @@ def test_each_tenant_runs_alone_then_all_together_with_its_own_key(fake: FakeSen
         tenants.run_target(args(), plan.targets[0], plan.tenants, opts, 0, phases.append)
     )
     assert [line.split(": ")[1].split(" (")[0] for line in phases] == [
+        f"warm-up, {tenants.WARMUP_REQUESTS} requests a tenant",
         "quiet alone",
         "noisy alone",
         "all 2 tenants together",
