@@ -92,8 +92,21 @@ def test_a_tenant_at_its_stored_bytes_is_refused_and_another_keeps_its_oldest(
         q.files.delete(file.id)
 
 
+def ledger_sums(endpoint: str) -> tuple[int, int, int]:
+    """team-c's prompt tokens, output tokens and requests in the ledger (admin route), today's."""
+    admin = {"Authorization": f"Bearer {TENANT_KEYS['ops']}"}
+    query = {"tenant": "team-c", "since": day_of(time.time() - 60)}
+    rows = httpx.get(f"{endpoint}/usage", params=query, headers=admin, timeout=30).json()["data"]
+    assert {r["model"] for r in rows} <= {MODEL}
+    prompt, output, requests = (
+        sum(r[k] for r in rows) for k in ("prompt_tokens", "output_tokens", "requests")
+    )
+    return prompt, output, requests
+
+
 def test_the_ledger_equals_the_usage_the_clients_received(endpoint: str) -> None:
     c = openai.OpenAI(base_url=endpoint, api_key=TENANT_KEYS["team-c"], max_retries=0)
+    before = ledger_sums(endpoint)  # the store outlives a platform: the ledger may hold more
     prompt = completion = 0
     for n in range(6):
         options = {"extra_headers": {"x-session-id": f"ledger-{n}"}}
@@ -110,28 +123,18 @@ def test_the_ledger_equals_the_usage_the_clients_received(endpoint: str) -> None
             ).usage
         prompt += usage.prompt_tokens
         completion += usage.completion_tokens
-    admin = {"Authorization": f"Bearer {TENANT_KEYS['ops']}"}
-    query = {"tenant": "team-c", "since": day_of(time.time() - 60)}
-    rows: list[dict] = []
+    sums = before
     for _ in range(60):  # bounded: each replica writes its tally every 2 s
-        rows = httpx.get(f"{endpoint}/usage", params=query, headers=admin, timeout=30).json()[
-            "data"
-        ]
-        if (
-            sum(r["prompt_tokens"] for r in rows) == prompt
-            and sum(r["output_tokens"] for r in rows) == completion
-        ):
+        sums = ledger_sums(endpoint)
+        if sums[:2] == (before[0] + prompt, before[1] + completion):
             break
         time.sleep(0.5)
-    assert (sum(r["prompt_tokens"] for r in rows), sum(r["output_tokens"] for r in rows)) == (
-        prompt,
-        completion,
-    )
-    assert sum(r["requests"] for r in rows) == 6 and {r["model"] for r in rows} == {MODEL}
+    assert sums == (before[0] + prompt, before[1] + completion, before[2] + 6)
     refused = httpx.get(f"{endpoint}/usage", headers=headers("team-c", "x"), timeout=30)
     assert refused.status_code == 403
     exported = 0.0
-    for _ in range(60):  # bounded: Ray's metrics agent exports every few seconds
+    # The counter is this platform's own (from 0); bounded: Ray's agent exports every few seconds.
+    for _ in range(60):
         text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
         by_tenant = counter_values(text, TENANT_OUTPUT_TOKENS, ("tenant",))
         exported = by_tenant.get(("team-c",), 0.0)
